@@ -1,0 +1,18 @@
+"""Clocks. Domain code never reads the wall clock directly (mediator.md §4).
+
+The database's ``mediator_now()`` is the time of record. A Python-side clock is needed only to
+generate time-ordered run ids and, in the simulator, to set ``mediator.now``; both go through a
+``Clock`` so virtual time reaches them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    """The real time, tz-aware (UTC). The only place the wall clock is read."""
+    return datetime.now(UTC)

@@ -1,0 +1,139 @@
+"""Configuration (mediator.md §8): defaults that work on one machine, a TOML file, the environment.
+
+Precedence for every setting: an explicit argument, then ``MEDIATOR_<NAME>`` in the environment,
+then the configuration file, then the default. Values that cannot work (a TTL ≤ 0, ``max_width``
+< 1, …) are refused when the configuration is built, with a message naming the setting, so
+``mediator serve`` can exit with status 2 before it listens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from mediator.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Config:
+    """Mediator settings. Construct directly, or with :meth:`load` from a file and environment."""
+
+    database_url: str | None = None
+    lease_ttl_seconds: float = 60.0
+    renew_seconds: float = 10.0
+    advert_ttl_seconds: float = 30.0
+    max_width: int = 4
+    max_attempts: int = 3
+    wake_on_return: bool = True
+    records_root: str | None = None
+    tokens_file: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8640
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse values that cannot work, naming the setting."""
+        for name in ("renew_seconds", "advert_ttl_seconds"):
+            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a number of seconds greater than 0.", field=name)
+        # lease_ttl_seconds is checked by the promotion code too (R11): the value a user gives is
+        # refused here, but tests construct a Config with 0 through unchecked() to exercise R11.
+        if not _number(self.lease_ttl_seconds) or self.lease_ttl_seconds <= 0:
+            raise ConfigError(
+                "lease_ttl_seconds must be a number of seconds greater than 0.",
+                field="lease_ttl_seconds",
+            )
+        for name, low in (("max_width", 1), ("max_attempts", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{name} must be a whole number ≥ {low}.", field=name)
+        if not isinstance(self.wake_on_return, bool):
+            raise ConfigError("wake_on_return must be true or false.", field="wake_on_return")
+        if (
+            not isinstance(self.port, int)
+            or isinstance(self.port, bool)
+            or not 0 <= self.port < 65536
+        ):
+            raise ConfigError("port must be a whole number from 0 to 65535.", field="port")
+        if not isinstance(self.host, str) or not self.host:
+            raise ConfigError("host must be a host name or address.", field="host")
+
+    @classmethod
+    def unchecked(cls, **values: Any) -> Config:
+        """A Config that skips validation: only for tests of the code's own guards (R11)."""
+        obj = object.__new__(cls)
+        base = {f.name: f.default for f in fields(cls)}
+        base.update(values)
+        for k, v in base.items():
+            object.__setattr__(obj, k, v)
+        return obj
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+        **overrides: Any,
+    ) -> Config:
+        """File, then environment, then explicit overrides (``None`` overrides are ignored)."""
+        env = dict(os.environ) if env is None else env
+        values: dict[str, Any] = {}
+        known = {f.name: f for f in fields(cls)}
+        if path is not None:
+            try:
+                data = tomllib.loads(Path(path).read_text("utf-8"))
+            except FileNotFoundError:
+                raise ConfigError(
+                    f"The configuration file {path} does not exist.", field="config"
+                ) from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(
+                    f"The configuration file is not valid TOML: {exc}.", field="config"
+                ) from None
+            data = data.get("mediator", data)
+            for key, value in data.items():
+                if key not in known:
+                    raise ConfigError(
+                        f"Unknown setting {key!r} in the configuration file.", field=key
+                    )
+                values[key] = value
+        for name, f in known.items():
+            raw = env.get("MEDIATOR_" + name.upper())
+            if raw is not None:
+                values[name] = _parse_env(name, raw, f.type)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _parse_env(name: str, raw: str, typ: Any) -> Any:
+    t = str(typ)
+    try:
+        if "bool" in t:
+            low = raw.strip().lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if "int" in t:
+            return int(raw)
+        if "float" in t:
+            return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"MEDIATOR_{name.upper()}={raw!r} is not a valid value for {name}.", field=name
+        ) from None
+    return raw

@@ -1,0 +1,651 @@
+"""The one orchestration layer: submit, the promotion sweep, adverts, reads (mediator.md §7).
+
+The HTTP API, the CLI and the simulator all call :class:`Mediator`; none of them re-implements a
+flow. Decisions come from the pure modules (``contract``, ``match``, ``states``); persistence from
+``store.db``; files from ``records``. Every run-changing transaction follows the locking rule of
+mediator.md §7: the run row first, then steps, leases, asks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mediator import contract as contract_mod
+from mediator.clock import Clock, wall_clock
+from mediator.config import Config
+from mediator.errors import ConfigError, ContractError, MediatorError, NodeTaken, NotFound
+from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject, match
+from mediator.pg import EmbeddedPostgres
+from mediator.records import Records
+from mediator.rows import Fleet, FleetNode, Run, RunList
+from mediator.states import RunState, StepState, Verdict
+from mediator.store.db import Store, Tx
+
+log = logging.getLogger("mediator")
+
+RUN_STATES = frozenset(s.value for s in RunState)
+DRAIN_POLICIES = ("", "graceful", "at-boundary")
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (mediator.md §6); TOO_WIDE is not
+_PAGE = 64
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What ``submit`` answers: the HTTP status and the run as committed (or the dry-run body)."""
+
+    status: int
+    run: Run | None
+    dry_run: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        if self.dry_run is not None:
+            return self.dry_run
+        assert self.run is not None
+        return self.run.to_dict()
+
+
+@dataclass
+class WakeReport:
+    """What one sweep did: promoted run ids in order, and how much it looked at."""
+
+    promoted: list[str] = field(default_factory=list)
+    classes: int = 0
+    examined: int = 0
+    too_wide: list[str] = field(default_factory=list)
+    errors: int = 0
+
+
+def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
+    """runAcquires' record of what hardware serves a role (FR-3)."""
+    return {
+        "node": node.node_id,
+        "instance": node.instance,
+        "matched": contract_mod.matched(role_needs, node.capabilities),
+    }
+
+
+class Mediator:
+    """The Mediator's Python interface (api.md §6). Build it with :meth:`connect`."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        records: Records,
+        clock: Clock | None = None,
+        embedded: EmbeddedPostgres | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.records = records
+        self.clock = clock
+        self._embedded = embedded
+        # Test seam for the missed-wake race (R17): called between submit's fleet read and its
+        # insert, so a test can commit a release exactly there. None in production.
+        self._after_fleet_read: Callable[[str], None] | None = None
+        # R17's guard, switchable only so a test can show the race it closes is real.
+        self._missed_wake_guard = True
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    def connect(
+        cls,
+        database_url: str | None = None,
+        config: Config | None = None,
+        clock: Clock | None = None,
+        *,
+        records_root: str | None = None,
+        pool_size: int = 8,
+        startup_wake: bool = True,
+    ) -> Mediator:
+        """Connect to ``database_url`` (or ``MEDIATOR_DATABASE_URL``, or the config's), else start
+        an embedded PostgreSQL; load the schema if the database is empty; wake once (wake 5)."""
+        config = config or Config()
+        url = database_url or os.environ.get("MEDIATOR_DATABASE_URL") or config.database_url
+        embedded = None
+        if not url:
+            embedded = EmbeddedPostgres()
+            url = embedded.dsn()
+        try:
+            store = Store(url, clock, max_size=pool_size)
+        except BaseException:
+            if embedded is not None:
+                embedded.stop()
+            raise
+        root = records_root or config.records_root
+        if root is None:
+            root = (
+                tempfile.mkdtemp(prefix="mediator-records-")
+                if embedded is not None
+                else os.path.join(os.getcwd(), "var", "records")
+            )
+        med = cls(store, config, Records(root), clock, embedded)
+        if startup_wake:
+            med.startup()
+        return med
+
+    @property
+    def database_url(self) -> str:
+        """The DSN in use (the embedded one too), so other threads and processes can connect."""
+        return self.store.dsn
+
+    def startup(self) -> WakeReport | None:
+        """Process start: one wake (wake 5). Its failure never stops startup (R16)."""
+        return self._wake_safely("startup")
+
+    def close(self) -> None:
+        self.store.close()
+        if self._embedded is not None:
+            self._embedded.stop()
+            self._embedded = None
+
+    def __enter__(self) -> Mediator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _now(self) -> datetime:
+        return self.clock() if self.clock is not None else wall_clock()
+
+    def _new_run_id(self) -> str:
+        """Time-ordered from the Mediator's clock (mediator.md §5), unique by a random suffix."""
+        return self._now().strftime("%Y%m%dT%H%M%S%f") + "-" + secrets.token_hex(4)
+
+    def _wake_safely(self, why: str) -> WakeReport | None:
+        """R16: a failing wake never changes the triggering call's result; it is logged."""
+        try:
+            return self.wake_queued()
+        except Exception:
+            log.exception("wake after %s failed; the next event will sweep again", why)
+            return None
+
+    @staticmethod
+    def _view(fleet: Iterable[FleetNode]) -> tuple[list[Advert], set[str], set[str]]:
+        nodes = list(fleet)
+        adverts = [Advert(n.node_id, n.capabilities) for n in nodes]
+        busy = {n.node_id for n in nodes if n.busy}
+        draining = {n.node_id for n in nodes if n.drain}
+        return adverts, busy, draining
+
+    # ---- submit (mediator.md §7.1) -----------------------------------------------------------
+    def submit(
+        self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
+    ) -> Submission:
+        """Submit a run: 201 RUNNING, 202 QUEUED, 200 existing / dry run, 422 FAILED.
+
+        Raises:
+            ContractError: the contract is malformed (400); nothing is written.
+        """
+        # R3, NFR-I7: GetRun is at the head of submit, before anything else is checked.
+        given = contract.get("run_id") if isinstance(contract, dict) else None
+        if isinstance(given, str) and contract_mod.valid_run_id(given):
+            existing = self._read_run(given)
+            if existing is not None:
+                return Submission(200, existing)
+        parsed = contract_mod.parse(contract)  # R5: structure checked synchronously
+        needs = {role: dict(n) for role, n in parsed.roles.items()}
+        key = contract_mod.needs_key(needs)
+        max_width = self.config.max_width
+
+        if dry_run:
+            with self.store.tx() as tx:
+                adverts, busy, _ = self._view(tx.fleet())
+            # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
+            res = match(needs, adverts, busy, max_width)
+            if isinstance(res, Assignment):
+                body = {"dry_run": True, "assigned": dict(res.roles), "width": res.width}
+            else:
+                body = {"dry_run": True, "reject": res.as_dict()}
+            return Submission(200, None, body)
+
+        run_id = parsed.run_id or self._new_run_id()
+        doc = dict(parsed.doc)
+        doc["run_id"] = run_id
+        submitter = principal or ""
+
+        with self.store.tx() as tx:
+            fleet = tx.fleet()
+        if self._after_fleet_read is not None:
+            self._after_fleet_read(run_id)
+        adverts, busy, draining = self._view(fleet)
+        res = match(needs, adverts, busy | draining, max_width)
+
+        if isinstance(res, Assignment):
+            try:
+                run = self._create_run(run_id, parsed, doc, needs, key, res, fleet, submitter)
+            except NodeTaken:
+                res = None  # R2: the same as ALL_BUSY; the transaction rolled back whole
+            else:
+                if run is None:
+                    return Submission(200, self._require_run(run_id))
+                self.records.open(run_id, doc)
+                return Submission(201, run)
+
+        if res is None or res.code == ALL_BUSY:
+            run = self._create_queued_run(run_id, parsed, doc, needs, key, submitter)
+            if run is None:
+                return Submission(200, self._require_run(run_id))
+            self.records.open(run_id, doc)
+            if self._missed_wake_guard:
+                # R17 (ours): a release that committed between our fleet read and this insert
+                # swept before the row was visible; sweep once more so the run does not wait
+                # beside a free node. The 202 still shows the run as committed.
+                self._wake_safely("queued submit")
+            return Submission(202, run)
+
+        # NO_CANDIDATE or TOO_WIDE: permanent for this contract (R1) → FAILED, 422.
+        run = self._create_rejected_run(run_id, parsed, doc, needs, key, res, submitter)
+        if run is None:
+            return Submission(200, self._require_run(run_id))
+        self.records.open(run_id, doc)
+        self.seal(run_id)
+        return Submission(422, run)
+
+    def _step_rows(
+        self, parsed: contract_mod.Contract, state: str, assigned: dict[str, str] | None
+    ) -> list[dict[str, Any]]:
+        return [
+            {
+                "seq": s.seq,
+                "name": s.name,
+                "kind": s.kind,
+                "role": s.role,
+                "uses": s.uses,
+                "with": dict(s.with_),
+                "after": list(s.after),
+                "ask": s.ask,
+                "state": state,
+                "node_id": (assigned or {}).get(s.role, "") if s.kind == "exec" else "",
+                "chosen": None,
+            }
+            for s in parsed.steps
+        ]
+
+    def _create_run(
+        self,
+        run_id: str,
+        parsed: contract_mod.Contract,
+        doc: dict[str, Any],
+        needs: dict[str, dict[str, Any]],
+        key: str,
+        res: Assignment,
+        fleet: list[FleetNode],
+        submitter: str,
+    ) -> Run | None:
+        """CreateRun: one transaction in R12's order; None if the run_id exists (R3)."""
+        assigned = dict(res.roles)
+        by_id = {n.node_id: n for n in fleet}
+        with self.store.tx() as tx:
+            tx.insert_needs_class(key, needs)
+            row = tx.insert_run(
+                run_id=run_id,
+                work_id=parsed.work_id,
+                state=RunState.RUNNING,
+                verdict=None,
+                contract=doc,
+                needs_key=key,
+                assigned=assigned,
+                reject=None,
+                submitter=submitter,
+            )
+            if row is None:
+                return None
+            tx.insert_steps(run_id, self._step_rows(parsed, StepState.PENDING, assigned))
+            asks = self._acquire(tx, run_id, assigned, needs, by_id, promoted=False)
+        self._push_asks(asks)
+        return self._require_run(run_id)
+
+    def _acquire(
+        self,
+        tx: Tx,
+        run_id: str,
+        assigned: dict[str, str],
+        needs: dict[str, dict[str, Any]],
+        by_id: dict[str, FleetNode],
+        *,
+        promoted: bool,
+    ) -> list[Any]:
+        """Leases → runAcquires → raiseAsks → events: the common tail of CreateRun and promote."""
+        nodes = sorted(set(assigned.values()))
+        leases = [{"node_id": n, "instance": by_id[n].instance} for n in nodes]
+        tx.insert_leases(run_id, leases, self.config.lease_ttl_seconds)  # NodeTaken → rollback
+        chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
+        tx.assign_steps(run_id, assigned, chosen)
+        asks = tx.raise_asks(run_id)
+        events: list[dict[str, Any]] = []
+        if promoted:
+            events.append({"run_id": run_id, "kind": "promoted", "data": {"assigned": assigned}})
+        else:
+            events.append(
+                {
+                    "run_id": run_id,
+                    "kind": "submitted",
+                    "data": {"state": "RUNNING", "assigned": assigned},
+                }
+            )
+        events += [
+            {"run_id": run_id, "node_id": n, "kind": "lease_granted", "data": {}} for n in nodes
+        ]
+        tx.insert_events(events)
+        return asks
+
+    def _create_queued_run(
+        self,
+        run_id: str,
+        parsed: contract_mod.Contract,
+        doc: dict[str, Any],
+        needs: dict[str, dict[str, Any]],
+        key: str,
+        submitter: str,
+    ) -> Run | None:
+        """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5)."""
+        with self.store.tx() as tx:
+            tx.insert_needs_class(key, needs)
+            row = tx.insert_run(
+                run_id=run_id,
+                work_id=parsed.work_id,
+                state=RunState.QUEUED,
+                verdict=None,
+                contract=doc,
+                needs_key=key,
+                assigned=None,
+                reject=None,
+                submitter=submitter,
+            )
+            if row is None:
+                return None
+            tx.insert_steps(run_id, self._step_rows(parsed, StepState.PENDING, None))
+            tx.insert_events([{"run_id": run_id, "kind": "submitted", "data": {"state": "QUEUED"}}])
+            # The 202 body is the run exactly as committed: read it inside the transaction.
+            return Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
+
+    def _create_rejected_run(
+        self,
+        run_id: str,
+        parsed: contract_mod.Contract,
+        doc: dict[str, Any],
+        needs: dict[str, dict[str, Any]],
+        key: str,
+        res: Reject,
+        submitter: str,
+    ) -> Run | None:
+        """R1: no node could ever serve it (or too wide at t=0) → FAILED/rejected, steps SKIPPED."""
+        reject = res.as_dict()
+        with self.store.tx() as tx:
+            tx.insert_needs_class(key, needs)
+            row = tx.insert_run(
+                run_id=run_id,
+                work_id=parsed.work_id,
+                state=RunState.FAILED,
+                verdict=Verdict.REJECTED,
+                contract=doc,
+                needs_key=key,
+                assigned=None,
+                reject=reject,
+                submitter=submitter,
+            )
+            if row is None:
+                return None
+            tx.insert_steps(run_id, self._step_rows(parsed, StepState.SKIPPED, None))
+            tx.insert_events([{"run_id": run_id, "kind": "rejected", "data": {"reject": reject}}])
+            return Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
+
+    # ---- WakeQueued (mediator.md §7.2, R6–R12) ----------------------------------------------
+    def wake_queued(self) -> WakeReport:
+        """The promotion sweep over the queue, FIFO with skipping.
+
+        Safe to call again and concurrently from any number of processes (R9): the conditional
+        update (R8) and the lease primary key (I1) decide every race; no hand-made locks.
+        """
+        ttl = self.config.lease_ttl_seconds
+        # R11: refuse before anything else rather than issue leases that never expire.
+        if not isinstance(ttl, int | float) or ttl <= 0:
+            raise ConfigError(
+                "lease_ttl_seconds must be greater than 0 to promote queued runs (R11).",
+                field="lease_ttl_seconds",
+            )
+        report = WakeReport()
+        with self.store.tx() as tx:
+            classes = tx.queued_classes()
+            if not classes:
+                return report  # R13's cost argument: an empty queue costs one query
+            fleet = tx.fleet()
+        report.classes = len(classes)
+        adverts, busy, draining = self._view(fleet)
+        unavailable = busy | draining
+        live = {n.node_id for n in fleet}
+        if not live - unavailable:
+            return report
+        by_id = {n.node_id: n for n in fleet}
+        needs = {c.needs_key: c.needs for c in classes}
+        max_width = self.config.max_width
+        failed: set[str] = set()
+        memo: dict[str, Assignment | Reject] = {}
+
+        def decide(key: str) -> Assignment | Reject:
+            # match() is pure: with `unavailable` unchanged its answer for a class is the same
+            # for every run of the class, so compute it once per class until a promotion.
+            res = memo.get(key)
+            if res is None:
+                res = memo[key] = match(needs[key], adverts, unavailable, max_width)
+                if isinstance(res, Reject) and res.code in _CACHEABLE:
+                    failed.add(key)  # stays true for the rest of the sweep (§6)
+            return res
+
+        for key in needs:
+            decide(key)
+        viable = [k for k in needs if k not in failed]
+        after_at: datetime | str = "-infinity"
+        after_id = ""
+        while viable and live - unavailable:
+            with self.store.tx() as tx:
+                page = tx.queued_page(viable, after_at, after_id, _PAGE)
+            if not page:
+                break
+            for q in page:
+                if not live - unavailable:
+                    break  # early stop: nothing left to give
+                report.examined += 1
+                if q.needs_key in failed:
+                    continue  # R6: skip it, never stop at the head
+                res = decide(q.needs_key)
+                if isinstance(res, Reject):
+                    if res.code == TOO_WIDE:
+                        # R10: at promotion the width depends on which nodes are free; leave it.
+                        log.info("run %s stays queued: %s", q.run_id, res.message)
+                        report.too_wide.append(q.run_id)
+                    continue
+                try:
+                    ok = self.promote(q.run_id, res, needs[q.needs_key], by_id)
+                except NodeTaken:
+                    ok = False
+                    unavailable |= set(res.roles.values())  # R9: taken nodes join unavailable
+                    memo.clear()
+                except MediatorError:
+                    # R7: one run's failure is logged and the sweep goes on.
+                    log.exception("promoting run %s failed", q.run_id)
+                    report.errors += 1
+                    continue
+                if ok:
+                    report.promoted.append(q.run_id)
+                    unavailable |= set(res.roles.values())  # R9: promoted nodes are taken now
+                    memo.clear()
+            after_at, after_id = page[-1].created_at, page[-1].run_id
+            viable = [k for k in viable if k not in failed]
+        return report
+
+    def promote(
+        self,
+        run_id: str,
+        res: Assignment,
+        needs: dict[str, dict[str, Any]],
+        by_id: dict[str, FleetNode],
+    ) -> bool:
+        """Move one run QUEUED → RUNNING in its own transaction (R7, R12).
+
+        Returns False when the conditional update found the run no longer QUEUED (R8: another
+        sweep or a cancel got there first). Raises NodeTaken when a lease conflicts (R9).
+        """
+        assigned = dict(res.roles)
+        with self.store.tx() as tx:
+            if not tx.promote_run(run_id, assigned):
+                return False
+            asks = self._acquire(tx, run_id, assigned, needs, by_id, promoted=True)
+        self._push_asks(asks)
+        return True
+
+    def _push_asks(self, asks: list[Any]) -> None:
+        """PushAsks runs after commit only (R12): a question from a rolled-back transaction
+        must never reach a person. Subscribers are notified through the events feed."""
+        for ask in asks:
+            log.info("ask %s raised for run %s step %s", ask.ask_id, ask.run_id, ask.seq)
+
+    # ---- adverts ---------------------------------------------------------------------------
+    def advert(
+        self,
+        node_id: str,
+        capabilities: dict[str, Any],
+        instance: str,
+        label: str = "",
+        drain: str = "",
+        principal: str | None = None,
+    ) -> float:
+        """A node's heartbeat: upsert, renew its lease; wakes only on drain release (6) or a
+        node's return (7). Returns ``advert_ttl_seconds`` so nodes pace themselves."""
+        from mediator.errors import Forbidden
+
+        if not contract_mod.valid_run_id(node_id):
+            raise ContractError(
+                "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
+                field="node_id",
+            )
+        caps = contract_mod.validate_capabilities(capabilities)
+        if not isinstance(instance, str) or not instance or len(instance) > 128:
+            raise ContractError(
+                "instance must be a non-empty string of at most 128 characters.", field="instance"
+            )
+        if not isinstance(label, str) or len(label) > 200:
+            raise ContractError("label must be a string of at most 200 characters.", field="label")
+        if drain not in DRAIN_POLICIES:
+            raise ContractError(
+                "drain must be '', 'graceful' or 'at-boundary'.", field="policy.drain"
+            )
+        ttl = self.config.advert_ttl_seconds
+        with self.store.tx() as tx:
+            prev = tx.upsert_advert(node_id, label, principal or "", caps, instance, drain, ttl)
+            if prev is None:
+                raise Forbidden(
+                    f"Node {node_id} belongs to another principal.", code="not_your_node"
+                )
+            tx.renew_leases(node_id, instance, self.config.lease_ttl_seconds)
+        released_drain = prev.prev_drain != "" and drain == ""
+        returned = self.config.wake_on_return and not prev.prev_live
+        if released_drain or returned:
+            # Wake 6 (drain released) / wake 7 (the node was absent or expired, ours). A steady
+            # heartbeat does neither, so it never sweeps (R14).
+            self._wake_safely("drain release" if released_drain else "node return")
+        return ttl
+
+    # ---- reads -----------------------------------------------------------------------------
+    def _read_run(self, run_id: str) -> Run | None:
+        with self.store.tx() as tx:
+            run = tx.get_run(run_id)
+            if run is None:
+                return None
+            steps = tuple(tx.steps(run_id))
+            if run.state != RunState.QUEUED:
+                return Run(**{**run.__dict__, "steps": steps})
+            position = tx.queue_position(run_id)
+            fleet = tx.fleet()
+            contract = tx.live_contract(run_id) or {}
+        needs = {r: dict(n) for r, n in (contract.get("roles") or {}).items()}
+        adverts, busy, draining = self._view(fleet)
+        res = match(needs, adverts, busy | draining, self.config.max_width)
+        if isinstance(res, Reject):
+            reason = res.as_dict()
+            cands = set(reason.get("candidates") or ())
+            reason["busy"] = sorted(cands & busy)
+            reason["draining"] = sorted(cands & draining)
+        else:
+            reason = {
+                "code": "PROMOTABLE",
+                "message": "A matching node is free now; the next wake promotes this run.",
+            }
+        return Run(
+            **{**run.__dict__, "steps": steps, "queue_position": position, "wait_reason": reason}
+        )
+
+    def _require_run(self, run_id: str) -> Run:
+        run = self._read_run(run_id)
+        if run is None:
+            raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+        return run
+
+    def get_run(self, run_id: str) -> Run:
+        """The run with its steps (and ``queue_position``/``wait_reason`` while QUEUED)."""
+        if not isinstance(run_id, str) or not contract_mod.valid_run_id(run_id):
+            raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+        return self._require_run(run_id)
+
+    def list_runs(
+        self,
+        state: str | None = None,
+        work_id: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> RunList:
+        """Runs newest first (seed 003 §4), with ``observed_at`` read first."""
+        if state is not None and state not in RUN_STATES:
+            raise ContractError(
+                f"state must be one of {', '.join(sorted(RUN_STATES))}.", field="state"
+            )
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise ContractError("limit must be a whole number from 1 to 1000.", field="limit")
+        if since is not None and not isinstance(since, datetime):
+            raise ContractError("since must be a timestamp.", field="since")
+        with self.store.tx() as tx:
+            observed = tx.observed_at()
+            rows = tx.list_runs(state, work_id, since, limit)
+        return RunList(observed, tuple(rows))
+
+    def list_nodes(self) -> Fleet:
+        """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
+        with self.store.tx() as tx:
+            observed = tx.observed_at()
+            nodes = tx.list_nodes()
+        return Fleet(observed, tuple(nodes))
+
+    # ---- records ---------------------------------------------------------------------------
+    def seal(self, run_id: str) -> bool:
+        """Seal a terminal run's record from the database, after its terminal commit (§7.7).
+
+        Idempotent: True only for the call that created ``seal.json`` (I6).
+        """
+        with self.store.tx() as tx:
+            run = tx.get_run(run_id)
+            if run is None or run.state not in (RunState.PASSED, RunState.FAILED):
+                return False
+            contract = tx.run_contract(run_id) or {}
+            events = tx.run_events(run_id)
+            logs = tx.step_logs(run_id)
+        sealed = self.records.seal(
+            run_id,
+            contract=contract,
+            state=run.state,
+            verdict=run.verdict,
+            ended_at=run.ended_at.isoformat() if run.ended_at else None,
+            events=[{**e, "at": e["at"].isoformat()} for e in events],
+            step_logs=logs,
+        )
+        with self.store.tx() as tx:
+            tx.mark_sealed(run_id)
+        return sealed

@@ -1,0 +1,209 @@
+"""The embedded, root-safe PostgreSQL launcher.
+
+``Mediator.connect()`` with no URL, ``mediator serve`` without ``--database-url``, the simulator and
+the test session all need a private PostgreSQL cluster. ``testing.postgresql`` does the lifecycle
+(initdb, free port, start, wait, stop, clean up); this module adds what it lacks here:
+
+* PostgreSQL refuses to run as root, and CI runs as root. When the process is root, ``initdb`` and
+  ``postgres`` run through ``setpriv --reuid/--regid --init-groups`` as an unprivileged user
+  (``postgres`` if it exists, else ``nobody``). ``setpriv`` execs in place, so SIGINT from
+  ``stop()`` reaches the server itself (``runuser``/``su`` do not forward it and orphan the server),
+  and ``--pdeathsig`` stops the server if the launching process dies without cleaning up.
+* A missing server says how to install it instead of ``command not found: initdb``.
+* Ephemeral clusters live on tmpfs (``/dev/shm``) with ``fsync=off``: they start in about a second.
+  A persistent cluster (``mediator serve --data DIR``) keeps PostgreSQL's durable defaults.
+* Clients connect over the cluster's unix socket, which is several times cheaper per round trip
+  than TCP on loopback (quality.md §3 measures ``SELECT 1`` at ~90 µs).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import testing.postgresql
+
+from mediator.errors import PostgresNotInstalled
+
+INSTALL_HINT = (
+    "PostgreSQL server binaries (initdb, postgres) were not found. Install them, e.g. "
+    "`apt-get install postgresql` on Debian/Ubuntu, `conda install -c conda-forge postgresql`, "
+    "or put their directory on PATH / set MEDIATOR_PG_BIN; or pass database_url= / set "
+    "MEDIATOR_DATABASE_URL to use an existing server."
+)
+
+# Durability traded for speed: only for clusters that are thrown away anyway.
+EPHEMERAL_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+
+
+def find_server_binaries() -> tuple[str, str]:
+    """Locate ``initdb`` and ``postgres``: MEDIATOR_PG_BIN, then PATH, then the usual places."""
+    dirs: list[str] = []
+    if os.environ.get("MEDIATOR_PG_BIN"):
+        dirs.append(os.environ["MEDIATOR_PG_BIN"])
+    found = shutil.which("initdb"), shutil.which("postgres")
+    if all(found):
+        return found[0] or "", found[1] or ""
+    # Newest version first, so a machine with several picks the one it would start by default.
+    dirs += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    dirs += ["/usr/local/pgsql/bin", "/usr/local/bin", "/opt/homebrew/bin"]
+    for d in dirs:
+        initdb, postgres = os.path.join(d, "initdb"), os.path.join(d, "postgres")
+        if os.access(initdb, os.X_OK) and os.access(postgres, os.X_OK):
+            return initdb, postgres
+    raise PostgresNotInstalled(INSTALL_HINT)
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The unprivileged account the server runs as when we are root."""
+
+    user: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def pick(cls) -> RunAs | None:
+        if os.geteuid() != 0:
+            return None
+        for name in ("postgres", "nobody"):
+            try:
+                pw = pwd.getpwnam(name)
+            except KeyError:
+                continue
+            return cls(name, pw.pw_uid, pw.pw_gid)
+        raise PostgresNotInstalled(
+            "Running as root and no unprivileged account (postgres or nobody) exists to run the "
+            "PostgreSQL server as; create one, or run as a normal user."
+        )
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--init-groups",
+            "--pdeathsig=SIGINT",
+            "--",
+            *argv,
+        ]
+
+    def own(self, path: str) -> None:
+        for root, dirs, files in os.walk(path):
+            os.chown(root, self.uid, self.gid)
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), self.uid, self.gid, follow_symlinks=False)
+
+
+class _Cluster(testing.postgresql.Postgresql):  # type: ignore[misc]
+    """``testing.postgresql`` with the server started as ``run_as`` and a unix-socket DSN."""
+
+    run_as: RunAs | None = None
+
+    def initialize_database(self) -> None:
+        if self.run_as is not None:
+            os.chmod(self.base_dir, 0o755)
+            self.run_as.own(self.base_dir)
+        super().initialize_database()
+
+    def get_server_commandline(self) -> list[str]:
+        argv: list[str] = super().get_server_commandline()
+        return self.run_as.wrap(argv) if self.run_as is not None else argv
+
+
+class EmbeddedPostgres:
+    """A private PostgreSQL cluster: ephemeral on tmpfs, or persistent in ``data_dir``.
+
+    Args:
+        data_dir: keep the cluster here across restarts (``mediator serve --data``); ``None`` makes
+            a throw-away cluster that is deleted by :meth:`stop`.
+        database: the database created for the caller (``mediator`` by default).
+    """
+
+    def __init__(self, data_dir: str | None = None, database: str = "mediator") -> None:
+        initdb, postgres = find_server_binaries()
+        self.run_as = RunAs.pick()
+        self.ephemeral = data_dir is None
+        if data_dir is None:
+            parent = (
+                "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            )
+            base_dir = tempfile.mkdtemp(prefix="mediator-pg-", dir=parent)
+        else:
+            base_dir = os.path.abspath(data_dir)
+            os.makedirs(base_dir, exist_ok=True)
+        self.base_dir = base_dir
+        settings = ["-h", "127.0.0.1", "-F", "-c", "logging_collector=off"]
+        if self.ephemeral:
+            for s in EPHEMERAL_SETTINGS:
+                settings += ["-c", s]
+        settings += ["-c", "max_connections=200"]
+        cluster_cls = type("Cluster", (_Cluster,), {"run_as": self.run_as})
+        initdb_cmd = initdb
+        if self.run_as is not None:
+            # testing.postgresql runs `[initdb, -D, dir, ...]`; a wrapper script keeps that shape.
+            initdb_cmd = self._wrapper("initdb", self.run_as.wrap([initdb]))
+        self._pg: Any = cluster_cls(
+            base_dir=base_dir,
+            initdb=initdb_cmd,
+            initdb_args="-U postgres -A trust -E UTF8 --locale=C",
+            postgres=postgres,
+            postgres_args=" ".join(settings),
+        )
+        if self.ephemeral:
+            # testing.postgresql only deletes directories it created itself.
+            self._pg._use_tmpdir = True
+        self.database = database
+        self._ensure_database(database)
+
+    def _wrapper(self, name: str, argv: list[str]) -> str:
+        path = os.path.join(tempfile.mkdtemp(prefix="mediator-pgbin-"), name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nexec " + " ".join(argv) + ' "$@"\n')
+        os.chmod(path, 0o755)
+        return path
+
+    @property
+    def port(self) -> int:
+        return int(self._pg.settings["port"])
+
+    @property
+    def socket_dir(self) -> str:
+        return os.path.join(self.base_dir, "tmp")
+
+    def dsn(self, database: str | None = None) -> str:
+        """A libpq connection string over the unix socket."""
+        db = database or self.database
+        return f"host={self.socket_dir} port={self.port} user=postgres dbname={db}"
+
+    def url(self, database: str | None = None) -> str:
+        """A postgresql:// URL over TCP loopback, for tools that want one (pgbench, psql)."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database or self.database}"
+
+    def _ensure_database(self, database: str) -> None:
+        import pg8000.native  # testing.postgresql's own driver; keeps psycopg in store/db.py
+
+        con = pg8000.native.Connection(
+            "postgres", host="127.0.0.1", port=self.port, database="postgres"
+        )
+        try:
+            rows = con.run("SELECT 1 FROM pg_database WHERE datname = :d", d=database)
+            if not rows:
+                con.run(f'CREATE DATABASE "{database}"')
+        finally:
+            con.close()
+
+    def stop(self) -> None:
+        """Stop the server (SIGINT: fast shutdown); an ephemeral cluster's files are removed."""
+        self._pg.stop()
+
+    def __enter__(self) -> EmbeddedPostgres:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

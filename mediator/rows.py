@@ -1,0 +1,181 @@
+"""Rows as the rest of the code sees them: frozen dataclasses, filled by the store.
+
+The store builds them with ``psycopg.rows.class_row``; flows, the HTTP API and the simulator pass
+them around instead of dicts, so a misspelt field is an AttributeError, not a silent ``None``.
+``to_dict`` gives the JSON shape of api.md §1 (timestamps as ISO 8601).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return value.to_dict() if hasattr(value, "to_dict") else dataclasses.asdict(value)
+    return value
+
+
+class _Row:
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Step(_Row):
+    """One step of a run (api.md §6)."""
+
+    seq: int
+    name: str
+    kind: str
+    role: str
+    uses: str
+    with_: dict[str, Any]
+    after: list[str]
+    ask: str
+    state: str
+    node_id: str
+    instance: str
+    attempt: int
+    chosen: dict[str, Any] | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    run_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["with"] = d.pop("with_")
+        return d
+
+
+@dataclass(frozen=True)
+class Run(_Row):
+    """A run and its steps (api.md §6). ``queue_position``/``wait_reason`` only while QUEUED."""
+
+    run_id: str
+    work_id: str
+    state: str
+    verdict: str | None
+    assigned: dict[str, str] | None
+    reject: dict[str, Any] | None
+    submitter: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    sealed: bool
+    steps: tuple[Step, ...] = ()
+    queue_position: int | None = None
+    wait_reason: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if self.state != "QUEUED":
+            d.pop("queue_position")
+            d.pop("wait_reason")
+        d.pop("sealed")
+        return d
+
+
+@dataclass(frozen=True)
+class RunSummary(_Row):
+    """A row of ``GET /v1/runs`` (seed 003 §4): ``current`` lists the run's CLAIMED steps."""
+
+    run_id: str
+    state: str
+    verdict: str | None
+    work_id: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    assigned: dict[str, str] | None
+    reject: dict[str, Any] | None
+    current: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Lease(_Row):
+    run_id: str
+    not_after: datetime
+
+
+@dataclass(frozen=True)
+class Node(_Row):
+    """A live node as ``GET /v1/nodes`` shows it (seed 003 §3). Never principal or nonce."""
+
+    node_id: str
+    label: str
+    instance: str
+    capabilities: dict[str, Any]
+    seen_at: datetime
+    expires_at: datetime
+    drain: str
+    lease: Lease | None
+
+
+@dataclass(frozen=True)
+class Fleet(_Row):
+    """A ``list_nodes`` answer with the instant it was observed at (seed 003 §3.2)."""
+
+    observed_at: datetime
+    nodes: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class RunList(_Row):
+    observed_at: datetime
+    runs: tuple[RunSummary, ...]
+
+
+@dataclass(frozen=True)
+class FleetNode:
+    """A live node as the matcher's caller reads it: LiveAdverts + BusyNodes + DrainingNodes."""
+
+    node_id: str
+    capabilities: dict[str, Any]
+    instance: str
+    drain: str
+    busy: bool
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A row of ListQueued: the needs_key, not the contract (loaded lazily, P2)."""
+
+    run_id: str
+    needs_key: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NeedsClass:
+    needs_key: str
+    needs: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class AdvertResult:
+    """What UpsertAdvert returns: the previous values from the row as locked (mediator.md §7.3)."""
+
+    prev_drain: str
+    prev_instance: str
+    prev_live: bool
+    inserted: bool
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Ask(_Row):
+    ask_id: int
+    run_id: str
+    seq: int
+    question: str
+    raised_at: datetime

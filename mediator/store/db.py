@@ -1,0 +1,346 @@
+"""The only module that imports psycopg.
+
+It owns the connection pool, runs the named queries of ``queries.sql``, turns rows into the frozen
+dataclasses of ``mediator.rows`` and driver errors into ``mediator.errors`` (procrastinate's
+connector pattern), so flows, the API and the simulator never see a driver type.
+
+Every transaction starts by setting ``mediator.now`` when a clock is given (mediator.md §4): that is
+how the simulator's virtual time reaches every ``mediator_now()`` in SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import class_row, dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
+from mediator.rows import (
+    AdvertResult,
+    Ask,
+    FleetNode,
+    Lease,
+    NeedsClass,
+    Node,
+    QueuedRun,
+    Run,
+    RunSummary,
+    Step,
+)
+from mediator.store.queries import QUERIES, schema_sql
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
+
+Clock = Callable[[], datetime]
+
+
+def _map_error(exc: psycopg.Error) -> MediatorError:
+    """Driver error → our own; never leaks SQL or server text to the caller (SECURITY-15)."""
+    if isinstance(exc, psycopg.OperationalError | PoolTimeout):
+        return StoreUnavailable("The database is unavailable; try again shortly.")
+    err = MediatorError("The request could not be completed because of a storage error.")
+    err.__cause__ = exc
+    return err
+
+
+class Tx:
+    """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> list[Any]:
+        with self.conn.cursor(row_factory=row or dict_row) as cur:
+            cur.execute(QUERIES[name], params or {}, prepare=True)
+            return cur.fetchall() if cur.description else []
+
+    def _one(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> Any:
+        rows = self._rows(name, params, row)
+        return rows[0] if rows else None
+
+    def _exec(self, name: str, params: dict[str, Any] | None = None) -> int:
+        with self.conn.cursor() as cur:
+            cur.execute(QUERIES[name], params or {}, prepare=True)
+            return cur.rowcount
+
+    # ---- reads -------------------------------------------------------------------------------
+    def observed_at(self) -> datetime:
+        return self._one("observed_at")["observed_at"]  # type: ignore[no-any-return]
+
+    def fleet(self) -> list[FleetNode]:
+        return self._rows("fleet", row=class_row(FleetNode))
+
+    def live_adverts(self) -> list[dict[str, Any]]:
+        return self._rows("live_adverts")
+
+    def busy_nodes(self) -> set[str]:
+        return {r["node_id"] for r in self._rows("busy_nodes")}
+
+    def draining_nodes(self) -> set[str]:
+        return {r["node_id"] for r in self._rows("draining_nodes")}
+
+    def unavailable_nodes(self) -> set[str]:
+        return {r["node_id"] for r in self._rows("unavailable_nodes")}
+
+    def list_nodes(self) -> list[Node]:
+        out = []
+        for r in self._rows("list_nodes"):
+            lease_run, lease_na = r.pop("lease_run_id"), r.pop("lease_not_after")
+            lease = Lease(lease_run, lease_na) if lease_run is not None else None
+            out.append(Node(**r, lease=lease))
+        return out
+
+    def list_runs(
+        self, state: str | None, work_id: str | None, since: datetime | None, limit: int
+    ) -> list[RunSummary]:
+        params = {"state": state, "work_id": work_id, "since": since, "limit": limit}
+        return self._rows("list_runs", params, row=class_row(RunSummary))
+
+    def list_queued(self) -> list[QueuedRun]:
+        return self._rows("list_queued", row=class_row(QueuedRun))
+
+    def queued_classes(self) -> list[NeedsClass]:
+        return self._rows("queued_classes", row=class_row(NeedsClass))
+
+    def queued_page(
+        self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int
+    ) -> list[QueuedRun]:
+        params = {"keys": list(keys), "after_at": after_at, "after_id": after_id, "limit": limit}
+        return self._rows("queued_page", params, row=class_row(QueuedRun))
+
+    def queue_position(self, run_id: str) -> int:
+        return int(self._one("queue_position", {"run_id": run_id})["position"])
+
+    def live_contract(self, run_id: str) -> dict[str, Any] | None:
+        r = self._one("live_contract", {"run_id": run_id})
+        return r["contract"] if r else None
+
+    def get_run(self, run_id: str, *, lock: bool = False) -> Run | None:
+        name = "lock_run" if lock else "get_run"
+        return self._one(name, {"run_id": run_id}, row=class_row(Run))  # type: ignore[no-any-return]
+
+    def steps(self, run_id: str) -> list[Step]:
+        return self._rows("run_steps", {"run_id": run_id}, row=class_row(Step))
+
+    def run_contract(self, run_id: str) -> dict[str, Any] | None:
+        r = self._one("run_contract", {"run_id": run_id})
+        return r["contract"] if r else None
+
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        return self._rows("run_events", {"run_id": run_id})
+
+    def step_logs(self, run_id: str) -> list[tuple[int, str, str]]:
+        return [
+            (r["seq"], r["name"], r["log"]) for r in self._rows("step_logs", {"run_id": run_id})
+        ]
+
+    def mark_sealed(self, run_id: str) -> None:
+        self._exec("mark_sealed", {"run_id": run_id})
+
+    def unsealed_runs(self, limit: int = 1000) -> list[str]:
+        return [r["run_id"] for r in self._rows("unsealed_runs", {"limit": limit})]
+
+    # ---- writes ------------------------------------------------------------------------------
+    def upsert_advert(
+        self,
+        node_id: str,
+        label: str,
+        principal: str,
+        capabilities: dict[str, Any],
+        instance: str,
+        drain: str,
+        ttl_s: float,
+    ) -> AdvertResult | None:
+        params = {
+            "node_id": node_id,
+            "label": label,
+            "principal": principal,
+            "capabilities": Jsonb(capabilities),
+            "instance": instance,
+            "drain": drain,
+            "ttl": ttl_s,
+        }
+        return self._one("upsert_advert", params, row=class_row(AdvertResult))  # type: ignore[no-any-return]
+
+    def renew_leases(self, node_id: str, instance: str, ttl_s: float) -> list[str]:
+        rows = self._rows("renew_leases", {"node_id": node_id, "instance": instance, "ttl": ttl_s})
+        return [r["run_id"] for r in rows]
+
+    def insert_needs_class(self, needs_key: str, needs: dict[str, Any]) -> None:
+        self._exec("insert_needs_class", {"needs_key": needs_key, "needs": Jsonb(needs)})
+
+    def insert_run(
+        self,
+        *,
+        run_id: str,
+        work_id: str,
+        state: str,
+        verdict: str | None,
+        contract: dict[str, Any],
+        needs_key: str,
+        assigned: dict[str, str] | None,
+        reject: dict[str, Any] | None,
+        submitter: str,
+    ) -> Run | None:
+        """Insert a run; ``None`` when the run_id exists already (R3)."""
+        params = {
+            "run_id": run_id,
+            "work_id": work_id,
+            "state": state,
+            "verdict": verdict,
+            "contract": Jsonb(contract),
+            "needs_key": needs_key,
+            "assigned": Jsonb(assigned) if assigned is not None else None,
+            "reject": Jsonb(reject) if reject is not None else None,
+            "submitter": submitter,
+        }
+        return self._one("insert_run", params, row=class_row(Run))  # type: ignore[no-any-return]
+
+    def insert_steps(self, run_id: str, steps: list[dict[str, Any]]) -> None:
+        self._exec("insert_steps", {"run_id": run_id, "steps": Jsonb(steps)})
+
+    def insert_leases(self, run_id: str, leases: list[dict[str, str]], ttl_s: float) -> None:
+        """Insert every lease of a run in one statement ordered by node_id.
+
+        A primary-key conflict, a deadlock or a lock timeout all mean that another transaction
+        holds or is taking one of these nodes: NodeTaken (R2, R9). The caller's transaction is
+        then aborted and must be rolled back as a whole (I5: all leases or none).
+        """
+        try:
+            self._exec("insert_leases", {"run_id": run_id, "leases": Jsonb(leases), "ttl": ttl_s})
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DeadlockDetected,
+            psycopg.errors.LockNotAvailable,
+        ) as exc:
+            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+
+    def promote_run(self, run_id: str, assigned: dict[str, str]) -> bool:
+        return self._exec("promote_run", {"run_id": run_id, "assigned": Jsonb(assigned)}) == 1
+
+    def assign_steps(
+        self, run_id: str, assigned: dict[str, str], chosen: dict[str, dict[str, Any]]
+    ) -> None:
+        params = {"run_id": run_id, "assigned": Jsonb(assigned), "chosen": Jsonb(chosen)}
+        self._exec("assign_steps", params)
+
+    def raise_asks(self, run_id: str) -> list[Ask]:
+        return self._rows("raise_asks", {"run_id": run_id}, row=class_row(Ask))
+
+    def insert_events(self, events: list[dict[str, Any]]) -> None:
+        if events:
+            rows = [
+                {
+                    "run_id": e.get("run_id", ""),
+                    "node_id": e.get("node_id", ""),
+                    "kind": e["kind"],
+                    "data": e.get("data", {}),
+                }
+                for e in events
+            ]
+            self._exec("insert_events", {"events": Jsonb(rows)})
+
+
+class Store:
+    """A connection pool with transactions that carry the Mediator's clock.
+
+    Args:
+        dsn: libpq connection string or URL.
+        clock: when given, every transaction sets ``mediator.now`` to ``clock()`` first.
+        max_size: pool size; the simulator needs one connection, the HTTP API one per worker.
+        lock_timeout_ms: a short lock wait turns a stuck lease insert into NodeTaken (§7).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        clock: Clock | None = None,
+        *,
+        max_size: int = 8,
+        lock_timeout_ms: int = 2000,
+    ) -> None:
+        self.dsn = dsn
+        self.clock = clock
+        self._lock_timeout_ms = lock_timeout_ms
+        try:
+            self.pool = ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=max_size,
+                kwargs={"autocommit": True, "prepare_threshold": 0},
+                configure=self._configure,
+                open=True,
+                timeout=10,
+                name="mediator",
+            )
+            self.pool.wait(timeout=10)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreUnavailable(
+                "Could not connect to the Mediator's database; check the database URL."
+            ) from exc
+        self._ensure_schema()
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
+
+    def _ensure_schema(self) -> None:
+        with self.pool.connection() as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+            try:
+                exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+                if not (exists and exists[0]):
+                    with conn.transaction():
+                        conn.execute(schema_sql().encode())
+                row = conn.execute(QUERIES["schema_version"]).fetchone()
+                version = row[0] if row else None
+                if version != SCHEMA_VERSION:
+                    raise MediatorError(
+                        f"The database holds schema version {version}, this Mediator needs "
+                        f"{SCHEMA_VERSION}; use a fresh database (no migrations before 1.0)."
+                    )
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+
+    @contextmanager
+    def tx(self) -> Iterator[Tx]:
+        """A transaction; on any exception it rolls back and the error is re-raised as ours."""
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                if self.clock is not None:
+                    conn.execute(
+                        "SELECT set_config('mediator.now', %s, true)",
+                        (self.clock().isoformat(),),
+                        prepare=True,
+                    )
+                yield Tx(conn)
+        except MediatorError:
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise _map_error(exc) from exc
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def load_schema(dsn: str) -> None:
+    """Load schema.sql into an empty database (used to build the tests' template database)."""
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(schema_sql().encode())
+
+
+def admin_execute(dsn: str, sql: str) -> None:
+    """Run one administrative statement outside a transaction (CREATE/DROP DATABASE)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.encode())

@@ -1,0 +1,261 @@
+-- Named queries, loaded once into a dict by mediator/store/queries.py (procrastinate's pattern).
+-- A block starts with a line `-- name --`; the comment lines that follow say why.
+-- Every statement reads time through mediator_now() (mediator.md §4). In scans over many rows it
+-- is written (SELECT mediator_now()) so it is evaluated once (quality.md §1).
+
+-- schema_version --
+SELECT version FROM schema_version
+
+-- observed_at --
+-- Read before the rows (seed 003 §3.2): every expires_at in the answer is then > observed_at,
+-- so a countdown computed from it is never negative.
+SELECT mediator_now() AS observed_at
+
+-- fleet --
+-- LiveAdverts, BusyNodes and DrainingNodes in one read: the matcher's whole input.
+SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
+FROM nodes n
+LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.expires_at > mediator_now()
+ORDER BY n.node_id
+
+-- live_adverts --
+SELECT node_id, capabilities, instance, drain
+FROM nodes
+WHERE expires_at > mediator_now()
+ORDER BY node_id
+
+-- busy_nodes --
+SELECT node_id FROM leases ORDER BY node_id
+
+-- draining_nodes --
+-- Expired nodes are left out: the candidates come from live adverts, so the two lists use one
+-- criterion and cannot drift apart (seed 003 §5).
+SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now() ORDER BY node_id
+
+-- unavailable_nodes --
+-- busy ∪ draining (FR-11 central side); match() knows nothing of drain.
+SELECT node_id FROM leases
+UNION
+SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now()
+ORDER BY node_id
+
+-- upsert_advert --
+-- One statement (seed 003 §2.2) that returns the previous drain policy, instance and liveness
+-- from the row as locked by the upsert (our departure: a CTE snapshot can miss a concurrent
+-- drain change and lose wake 6). The WHERE binds a node to its first principal (§9): no row
+-- back means another principal owns this node_id.
+INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
+                        expires_at, prev_drain, prev_instance, prev_live)
+VALUES (%(node_id)s, %(label)s, %(principal)s, %(capabilities)s, %(instance)s, %(drain)s,
+        mediator_now(), mediator_now() + make_interval(secs => %(ttl)s), '', '', false)
+ON CONFLICT (node_id) DO UPDATE SET
+    prev_drain    = n.drain,
+    prev_instance = n.instance,
+    prev_live     = n.expires_at > mediator_now(),
+    label         = EXCLUDED.label,
+    capabilities  = EXCLUDED.capabilities,
+    instance      = EXCLUDED.instance,
+    drain         = EXCLUDED.drain,
+    seen_at       = EXCLUDED.seen_at,
+    expires_at    = EXCLUDED.expires_at
+WHERE n.principal = EXCLUDED.principal
+RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at
+
+-- renew_leases --
+-- Adverts renew their node's lease (mediator.md §7.5); a lease granted to another instance is
+-- the restart case and is not renewed here.
+UPDATE leases SET not_after = mediator_now() + make_interval(secs => %(ttl)s)
+WHERE node_id = %(node_id)s AND instance = %(instance)s
+RETURNING run_id
+
+-- list_nodes --
+-- seed 003 §3.1: LEFT JOIN on the lease primary key cannot multiply rows; principal and nonce
+-- are not selected, which is how they stay out.
+SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, n.drain,
+       l.run_id AS lease_run_id, l.not_after AS lease_not_after
+FROM nodes n
+LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.expires_at > mediator_now()
+ORDER BY n.node_id
+
+-- list_runs --
+-- seed 003 §4: current[] by a correlated subquery so LIMIT counts runs, not steps; ties broken
+-- by run_id so the order is the same on every call.
+SELECT r.run_id, r.state, r.verdict, r.work_id, r.created_at, r.started_at, r.ended_at,
+       r.assigned, r.reject,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'node', s.node_id, 'step', s.name, 'attempt', s.attempt,
+                        'started_at', s.started_at) ORDER BY s.seq)
+                 FROM steps s
+                 WHERE s.run_id = r.run_id AND s.state = 'CLAIMED'), '[]'::jsonb) AS current
+FROM runs r
+WHERE (%(state)s::text IS NULL OR r.state = %(state)s::text)
+  AND (%(work_id)s::text IS NULL OR r.work_id = %(work_id)s::text)
+  AND (%(since)s::timestamptz IS NULL OR r.created_at > %(since)s::timestamptz)
+ORDER BY r.created_at DESC, r.run_id DESC
+LIMIT %(limit)s
+
+-- list_queued --
+-- seed 003 §6: FIFO by (created_at, run_id). Returns needs_key instead of the contract
+-- (our departure: a sweep over 10,000 queued runs must not parse 10,000 contracts, P2).
+SELECT run_id, needs_key, created_at
+FROM runs
+WHERE state = 'QUEUED'
+ORDER BY created_at, run_id
+
+-- live_contract --
+-- The liveContract rule of seed 003 §6.
+SELECT coalesce(contract_versions -> -1, contract) AS contract FROM runs WHERE run_id = %(run_id)s
+
+-- queued_classes --
+-- The distinct needs classes now waiting, by a loose index scan over runs_queue_class: one
+-- index probe per class, so the cost follows the number of classes, not of queued runs (P2).
+WITH RECURSIVE k(needs_key) AS (
+    (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.needs_key FROM runs r
+            WHERE r.state = 'QUEUED' AND r.needs_key > k.needs_key
+            ORDER BY r.needs_key LIMIT 1)
+    FROM k WHERE k.needs_key IS NOT NULL
+)
+SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
+
+-- queued_page --
+-- The queue in FIFO order restricted to classes that may move, one page at a time (keyset
+-- pagination), so a sweep that stops early reads only the head.
+SELECT run_id, needs_key, created_at
+FROM runs
+WHERE state = 'QUEUED'
+  AND needs_key = ANY(%(keys)s)
+  AND (created_at, run_id) > (%(after_at)s::timestamptz, %(after_id)s::text)
+ORDER BY created_at, run_id
+LIMIT %(limit)s
+
+-- queue_position --
+SELECT count(*) + 1 AS position
+FROM runs q, runs r
+WHERE r.run_id = %(run_id)s AND q.state = 'QUEUED'
+  AND (q.created_at, q.run_id) < (r.created_at, r.run_id)
+
+-- insert_needs_class --
+-- Insert-only: a class row is never updated, so concurrent submits never contend on it.
+INSERT INTO needs_classes (needs_key, needs) VALUES (%(needs_key)s, %(needs)s)
+ON CONFLICT (needs_key) DO NOTHING
+
+-- insert_run --
+-- ON CONFLICT DO NOTHING: a duplicate run_id (the same run submitted twice at once) comes back
+-- as no row, and submit re-reads and answers 200 (R3).
+INSERT INTO runs (run_id, work_id, state, verdict, contract, needs_key, assigned, reject,
+                  submitter, created_at, started_at, ended_at)
+VALUES (%(run_id)s, %(work_id)s, %(state)s, %(verdict)s, %(contract)s, %(needs_key)s,
+        %(assigned)s, %(reject)s, %(submitter)s, mediator_now(),
+        CASE WHEN %(state)s = 'RUNNING' THEN mediator_now() END,
+        CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now() END)
+ON CONFLICT (run_id) DO NOTHING
+RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+          ended_at, sealed
+
+-- insert_steps --
+INSERT INTO steps (run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, chosen)
+SELECT %(run_id)s, x.seq, x.name, x.kind, x.role, x.uses, x."with", x.after, x.ask, x.state,
+       x.node_id, x.chosen
+FROM jsonb_to_recordset(%(steps)s) AS x(seq integer, name text, kind text, role text, uses text,
+                                        "with" jsonb, after jsonb, ask text, state text,
+                                        node_id text, chosen jsonb)
+ORDER BY x.seq
+
+-- insert_leases --
+-- All of a run's leases in one statement, ordered by node_id so two transactions taking
+-- overlapping node sets lock them in the same order (mediator.md §7). A conflict on the primary
+-- key is I1 at work: the caller maps it to NodeTaken (R2, R9).
+INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
+SELECT x.node_id, %(run_id)s, x.instance, mediator_now(),
+       mediator_now() + make_interval(secs => %(ttl)s)
+FROM jsonb_to_recordset(%(leases)s) AS x(node_id text, instance text)
+ORDER BY x.node_id
+RETURNING node_id
+
+-- promote_run --
+-- R8: the AND state = 'QUEUED' makes a concurrent promotion or a cancel a quiet no-op (0 rows).
+UPDATE runs SET state = 'RUNNING', assigned = %(assigned)s, started_at = mediator_now()
+WHERE run_id = %(run_id)s AND state = 'QUEUED'
+RETURNING run_id
+
+-- assign_steps --
+-- R12: steps.node_id, then runAcquires (chosen: what hardware runs each step, FR-3).
+UPDATE steps s
+SET node_id = %(assigned)s::jsonb ->> s.role,
+    chosen  = %(chosen)s::jsonb -> s.role
+WHERE s.run_id = %(run_id)s AND s.kind = 'exec'
+
+-- raise_asks --
+-- raiseAsks (mediator.md §7.6): one ask per ask step whose `after` steps all PASSED, step →
+-- ASKED, one event each. Callers run it only for RUNNING runs (R4).
+WITH due AS (
+    SELECT s.run_id, s.seq, s.ask
+    FROM steps s
+    WHERE s.run_id = %(run_id)s AND s.kind = 'ask' AND s.state = 'PENDING'
+      AND NOT EXISTS (
+          SELECT 1 FROM steps d
+          WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+            AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
+    ORDER BY s.seq
+    FOR UPDATE OF s
+), asked AS (
+    UPDATE steps s SET state = 'ASKED', started_at = mediator_now()
+    FROM due WHERE s.run_id = due.run_id AND s.seq = due.seq
+    RETURNING s.seq
+), ins AS (
+    INSERT INTO asks (run_id, seq, question, raised_at)
+    SELECT run_id, seq, ask, mediator_now() FROM due ORDER BY seq
+    RETURNING ask_id, run_id, seq, question, raised_at
+), ev AS (
+    INSERT INTO events (at, run_id, kind, data)
+    SELECT mediator_now(), run_id, 'ask_raised', jsonb_build_object('ask_id', ask_id, 'seq', seq)
+    FROM ins
+)
+SELECT ask_id, run_id, seq, question, raised_at FROM ins ORDER BY seq
+
+-- insert_events --
+INSERT INTO events (at, run_id, node_id, kind, data)
+SELECT mediator_now(), x.run_id, x.node_id, x.kind, x.data
+FROM ROWS FROM (jsonb_to_recordset(%(events)s)
+                AS (run_id text, node_id text, kind text, data jsonb)) WITH ORDINALITY
+     AS x(run_id, node_id, kind, data, ord)
+ORDER BY x.ord
+
+-- get_run --
+SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+       ended_at, sealed
+FROM runs WHERE run_id = %(run_id)s
+
+-- lock_run --
+-- The locking rule (mediator.md §7): a transaction that changes a run locks its row first.
+SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+       ended_at, sealed
+FROM runs WHERE run_id = %(run_id)s FOR UPDATE
+
+-- run_steps --
+-- Steps carry chosen (seed 003 §7; FR-3).
+SELECT seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id, instance, attempt,
+       chosen, started_at, ended_at
+FROM steps WHERE run_id = %(run_id)s ORDER BY seq
+
+-- run_contract --
+SELECT contract FROM runs WHERE run_id = %(run_id)s
+
+-- run_events --
+SELECT id, at, run_id, node_id, kind, data FROM events WHERE run_id = %(run_id)s ORDER BY id
+
+-- step_logs --
+SELECT seq, name, log FROM steps WHERE run_id = %(run_id)s ORDER BY seq
+
+-- mark_sealed --
+UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 'FAILED')
+
+-- unsealed_runs --
+-- Terminal runs whose record was not sealed (a crash between commit and seal): startup and every
+-- reaper pass seal them (mediator.md §7.7).
+SELECT run_id FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT sealed
+ORDER BY run_id LIMIT %(limit)s

@@ -1,0 +1,125 @@
+-- The Mediator's schema: the single source of truth (mediator.md §4).
+-- No migrations before a first release; bump schema_version when this file changes.
+-- Time: every statement uses mediator_now(), and no column default reads a clock, so the
+-- simulator's virtual time reaches every timestamp (mediator.md §4, the time-leak test).
+
+CREATE TABLE schema_version (
+    version integer PRIMARY KEY
+);
+INSERT INTO schema_version VALUES (1);
+
+-- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
+CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
+$$ SELECT coalesce(nullif(current_setting('mediator.now', true), '')::timestamptz, now()) $$;
+
+CREATE TABLE nodes (
+    node_id       text PRIMARY KEY,
+    label         text NOT NULL DEFAULT '',
+    -- '' for in-process callers and the development mode, never NULL (mediator.md §9).
+    principal     text NOT NULL DEFAULT '',
+    capabilities  jsonb NOT NULL DEFAULT '{}',
+    instance      text NOT NULL DEFAULT '',
+    nonce         text NOT NULL DEFAULT '',   -- reserved, never selected (seed 003 §3.1)
+    drain         text NOT NULL DEFAULT '' CHECK (drain IN ('', 'graceful', 'at-boundary')),
+    seen_at       timestamptz NOT NULL,
+    expires_at    timestamptz NOT NULL,
+    -- Set by UpsertAdvert from the row as locked by the upsert, read back by its RETURNING:
+    -- the previous values in one statement without a snapshot race (our departure from
+    -- seed 003 §2.2, which would lose wake 6 under a concurrent drain change).
+    prev_drain    text NOT NULL DEFAULT '',
+    prev_instance text NOT NULL DEFAULT '',
+    prev_live     boolean NOT NULL DEFAULT false
+);
+
+-- Identical needs by role share a class: the sweep matches each class once (P2).
+CREATE TABLE needs_classes (
+    needs_key text PRIMARY KEY,
+    needs     jsonb NOT NULL
+);
+
+CREATE TABLE runs (
+    run_id            text PRIMARY KEY,
+    work_id           text NOT NULL DEFAULT '',
+    state             text NOT NULL CHECK (state IN ('QUEUED', 'RUNNING', 'PASSED', 'FAILED')),
+    verdict           text CHECK (verdict IN ('pass', 'fail', 'rejected', 'cancelled', 'lost', 'drained')),
+    contract          jsonb NOT NULL,
+    contract_versions jsonb NOT NULL DEFAULT '[]',
+    needs_key         text NOT NULL REFERENCES needs_classes,
+    assigned          jsonb,
+    reject            jsonb,
+    submitter         text NOT NULL DEFAULT '',
+    created_at        timestamptz NOT NULL,
+    started_at        timestamptz,
+    ended_at          timestamptz,
+    sealed            boolean NOT NULL DEFAULT false,
+    CHECK ((state IN ('PASSED', 'FAILED')) = (verdict IS NOT NULL))
+);
+-- The queue in FIFO order (R6: created_at, run_id breaks ties).
+CREATE INDEX runs_queue ON runs (created_at, run_id) WHERE state = 'QUEUED';
+-- The distinct needs classes waiting (a loose index scan in queued_classes).
+CREATE INDEX runs_queue_class ON runs (needs_key, created_at, run_id) WHERE state = 'QUEUED';
+CREATE INDEX runs_listing ON runs (created_at DESC, run_id DESC);
+CREATE INDEX runs_work ON runs (work_id, created_at DESC) WHERE work_id <> '';
+CREATE INDEX runs_unsealed ON runs (run_id) WHERE state IN ('PASSED', 'FAILED') AND NOT sealed;
+
+CREATE TABLE steps (
+    run_id     text NOT NULL REFERENCES runs ON DELETE CASCADE,
+    seq        integer NOT NULL,
+    name       text NOT NULL,
+    kind       text NOT NULL CHECK (kind IN ('exec', 'ask')),
+    role       text NOT NULL DEFAULT '',
+    uses       text NOT NULL DEFAULT '',
+    "with"     jsonb NOT NULL DEFAULT '{}',
+    after      jsonb NOT NULL DEFAULT '[]',
+    ask        text NOT NULL DEFAULT '',
+    state      text NOT NULL CHECK (state IN ('PENDING', 'CLAIMED', 'ASKED', 'PASSED', 'FAILED', 'SKIPPED')),
+    node_id    text NOT NULL DEFAULT '',      -- '' while unassigned (R4)
+    instance   text NOT NULL DEFAULT '',      -- of the node that claimed it
+    attempt    integer NOT NULL DEFAULT 0,
+    chosen     jsonb,
+    started_at timestamptz,
+    ended_at   timestamptz,
+    log        text NOT NULL DEFAULT '',
+    PRIMARY KEY (run_id, seq),
+    UNIQUE (run_id, name)
+);
+CREATE INDEX steps_by_node ON steps (node_id, run_id) WHERE state IN ('PENDING', 'CLAIMED');
+
+CREATE TABLE leases (
+    node_id    text PRIMARY KEY,              -- I1: one run per node, by the schema
+    run_id     text NOT NULL REFERENCES runs,
+    instance   text NOT NULL DEFAULT '',      -- of the node when granted
+    granted_at timestamptz NOT NULL,
+    not_after  timestamptz NOT NULL
+);
+CREATE INDEX leases_run ON leases (run_id);
+CREATE INDEX leases_expiry ON leases (not_after);
+
+CREATE TABLE asks (
+    ask_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id      text NOT NULL REFERENCES runs,
+    seq         integer NOT NULL,
+    question    text NOT NULL,
+    raised_at   timestamptz NOT NULL,
+    answer      text,
+    ok          boolean,
+    answered_by text,
+    answered_at timestamptz,
+    closed      boolean NOT NULL DEFAULT false,
+    UNIQUE (run_id, seq)
+);
+CREATE INDEX asks_open ON asks (ask_id) WHERE NOT closed;
+
+-- One row per transition, in the same transaction as the change: the ground truth for
+-- analytics, the record's event log and /v1/events.
+CREATE TABLE events (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      timestamptz NOT NULL,
+    run_id  text NOT NULL DEFAULT '',
+    node_id text NOT NULL DEFAULT '',
+    kind    text NOT NULL CHECK (kind IN (
+        'submitted', 'queued', 'rejected', 'promoted', 'lease_granted', 'lease_released',
+        'claimed', 'result', 'ask_raised', 'ask_answered', 'settled', 'cancelled')),
+    data    jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_run ON events (run_id, id);
