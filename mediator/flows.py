@@ -20,7 +20,15 @@ from typing import Any
 from mediator import contract as contract_mod
 from mediator.clock import Clock, wall_clock
 from mediator.config import Config
-from mediator.errors import ConfigError, ContractError, MediatorError, NodeTaken, NotFound
+from mediator.errors import (
+    ConfigError,
+    ContractError,
+    Forbidden,
+    MediatorError,
+    NodeTaken,
+    NotFound,
+)
+from mediator.lifecycle import LifecycleMixin
 from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject, match
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
@@ -71,7 +79,7 @@ def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
     }
 
 
-class Mediator:
+class Mediator(LifecycleMixin):
     """The Mediator's Python interface (api.md §6). Build it with :meth:`connect`."""
 
     def __init__(
@@ -137,7 +145,12 @@ class Mediator:
         return self.store.dsn
 
     def startup(self) -> WakeReport | None:
-        """Process start: one wake (wake 5). Its failure never stops startup (R16)."""
+        """Process start: seal what a crash left unsealed (§7.7), then one wake (wake 5).
+        Neither failure stops startup (R16): a Mediator that cannot promote must still serve."""
+        try:
+            self.seal_unsealed()
+        except Exception:
+            log.exception("sealing unsealed records at startup failed")
         return self._wake_safely("startup")
 
     def close(self) -> None:
@@ -521,8 +534,6 @@ class Mediator:
     ) -> float:
         """A node's heartbeat: upsert, renew its lease; wakes only on drain release (6) or a
         node's return (7). Returns ``advert_ttl_seconds`` so nodes pace themselves."""
-        from mediator.errors import Forbidden
-
         if not contract_mod.valid_run_id(node_id):
             raise ContractError(
                 "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
@@ -547,12 +558,17 @@ class Mediator:
                     f"Node {node_id} belongs to another principal.", code="not_your_node"
                 )
             tx.renew_leases(node_id, instance, self.config.lease_ttl_seconds)
+        released = False
+        if prev.prev_instance != instance or drain == "at-boundary":
+            # Restart detection and at-boundary drains (§7.5); wake 4 if they released a node.
+            released = self._advert_effects(node_id, instance, drain)
         released_drain = prev.prev_drain != "" and drain == ""
+        # Wake 7 (ours): the node was absent (never seen counts) or expired before this advert.
         returned = self.config.wake_on_return and not prev.prev_live
-        if released_drain or returned:
-            # Wake 6 (drain released) / wake 7 (the node was absent or expired, ours). A steady
-            # heartbeat does neither, so it never sweeps (R14).
-            self._wake_safely("drain release" if released_drain else "node return")
+        if released or released_drain or returned:
+            # Wake 4 (restart/drain settled a run), 6 (drain released), 7. A steady heartbeat
+            # does none of these, so it never sweeps (R14).
+            self._wake_safely("advert")
         return ttl
 
     # ---- reads -----------------------------------------------------------------------------

@@ -152,6 +152,74 @@ class Tx:
     def unsealed_runs(self, limit: int = 1000) -> list[str]:
         return [r["run_id"] for r in self._rows("unsealed_runs", {"limit": limit})]
 
+    # ---- lifecycle reads -----------------------------------------------------------------------
+    def work(self, node_id: str) -> list[Step]:
+        return self._rows("work", {"node_id": node_id}, row=class_row(Step))
+
+    def lock_steps(self, run_id: str) -> list[Step]:
+        return self._rows("lock_steps", {"run_id": run_id}, row=class_row(Step))
+
+    def node_row(self, node_id: str) -> dict[str, Any] | None:
+        return self._one("node_row", {"node_id": node_id})  # type: ignore[no-any-return]
+
+    def run_leases(self, run_id: str) -> list[dict[str, Any]]:
+        return self._rows("run_leases", {"run_id": run_id})
+
+    def node_leases(self, node_id: str) -> list[dict[str, Any]]:
+        return self._rows("node_leases", {"node_id": node_id})
+
+    def expired_lease_runs(self) -> list[str]:
+        return [r["run_id"] for r in self._rows("expired_lease_runs")]
+
+    def open_asks(self) -> list[Ask]:
+        return self._rows("open_asks", row=class_row(Ask))
+
+    def get_ask(self, ask_id: int) -> dict[str, Any] | None:
+        return self._one("get_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
+
+    def lock_ask(self, ask_id: int) -> dict[str, Any] | None:
+        return self._one("lock_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
+
+    # ---- lifecycle writes ----------------------------------------------------------------------
+    def claim_step(self, run_id: str, seq: int, instance: str) -> Step | None:
+        params = {"run_id": run_id, "seq": seq, "instance": instance}
+        return self._one("claim_step", params, row=class_row(Step))  # type: ignore[no-any-return]
+
+    def finish_step(self, run_id: str, seq: int, state: str, log: str = "") -> None:
+        self._exec("finish_step", {"run_id": run_id, "seq": seq, "state": state, "log": log})
+
+    def rollback_step(self, run_id: str, seq: int, log: str = "") -> None:
+        self._exec("rollback_step", {"run_id": run_id, "seq": seq, "log": log})
+
+    def skip_steps(self, run_id: str, seqs: Sequence[int]) -> None:
+        if seqs:
+            self._exec("skip_steps", {"run_id": run_id, "seqs": list(seqs)})
+
+    def delete_leases(self, run_id: str, nodes: Sequence[str]) -> list[str]:
+        if not nodes:
+            return []
+        rows = self._rows("delete_leases", {"run_id": run_id, "nodes": sorted(nodes)})
+        return sorted(r["node_id"] for r in rows)
+
+    def delete_expired_leases(self, run_id: str) -> list[str]:
+        return sorted(r["node_id"] for r in self._rows("delete_expired_leases", {"run_id": run_id}))
+
+    def end_run(self, run_id: str, state: str, verdict: str) -> bool:
+        params = {"run_id": run_id, "state": state, "verdict": verdict}
+        return self._exec("end_run", params) == 1
+
+    def close_asks(self, run_id: str) -> None:
+        self._exec("close_asks", {"run_id": run_id})
+
+    def rebind_lease(self, node_id: str, run_id: str, instance: str, ttl_s: float) -> None:
+        params = {"node_id": node_id, "run_id": run_id, "instance": instance, "ttl": ttl_s}
+        self._exec("rebind_lease", params)
+        self._exec("rebind_chosen", params)
+
+    def answer_ask(self, ask_id: int, answer: str, ok: bool, by: str) -> bool:
+        params = {"ask_id": ask_id, "answer": answer, "ok": ok, "by": by}
+        return self._exec("answer_ask", params) == 1
+
     # ---- writes ------------------------------------------------------------------------------
     def upsert_advert(
         self,

@@ -259,3 +259,98 @@ UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 
 -- reaper pass seal them (mediator.md §7.7).
 SELECT run_id FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT sealed
 ORDER BY run_id LIMIT %(limit)s
+
+-- work --
+-- Claimable steps of a node (mediator.md §7.4): PENDING, on this node, of a RUNNING run, every
+-- `after` step PASSED. Oldest run first.
+SELECT s.run_id, s.seq, s.name, s.kind, s.role, s.uses, s."with" AS with_, s.after, s.ask,
+       s.state, s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+FROM steps s
+JOIN runs r ON r.run_id = s.run_id
+WHERE s.node_id = %(node_id)s AND s.state = 'PENDING' AND r.state = 'RUNNING'
+  AND NOT EXISTS (
+      SELECT 1 FROM steps d
+      WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+        AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
+ORDER BY r.started_at, s.run_id, s.seq
+
+-- lock_steps --
+-- Second in the lock order (run row, then steps, leases, asks).
+SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id, instance,
+       attempt, chosen, started_at, ended_at
+FROM steps WHERE run_id = %(run_id)s ORDER BY seq FOR UPDATE
+
+-- node_row --
+SELECT node_id, instance, drain, expires_at > mediator_now() AS live
+FROM nodes WHERE node_id = %(node_id)s
+
+-- claim_step --
+UPDATE steps SET state = 'CLAIMED', attempt = attempt + 1, instance = %(instance)s,
+                 started_at = mediator_now(), ended_at = NULL
+WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'PENDING'
+RETURNING run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id,
+          instance, attempt, chosen, started_at, ended_at
+
+-- finish_step --
+UPDATE steps SET state = %(state)s, ended_at = mediator_now(), log = log || %(log)s
+WHERE run_id = %(run_id)s AND seq = %(seq)s
+
+-- rollback_step --
+-- A `retry` result: back to PENDING with the attempt kept (R15: no release, no wake).
+UPDATE steps SET state = 'PENDING', log = log || %(log)s
+WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'CLAIMED'
+
+-- skip_steps --
+UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now()
+WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s)
+
+-- run_leases --
+SELECT node_id, instance, not_after FROM leases WHERE run_id = %(run_id)s ORDER BY node_id
+FOR UPDATE
+
+-- delete_leases --
+DELETE FROM leases WHERE run_id = %(run_id)s AND node_id = ANY(%(nodes)s)
+RETURNING node_id
+
+-- end_run --
+UPDATE runs SET state = %(state)s, verdict = %(verdict)s, ended_at = mediator_now()
+WHERE run_id = %(run_id)s AND state IN ('QUEUED', 'RUNNING')
+RETURNING run_id
+
+-- close_asks --
+UPDATE asks SET closed = true WHERE run_id = %(run_id)s AND NOT closed
+
+-- expired_lease_runs --
+SELECT DISTINCT run_id FROM leases WHERE not_after <= (SELECT mediator_now()) ORDER BY run_id
+
+-- delete_expired_leases --
+-- Re-checked under the run lock: an advert that renewed the lease meanwhile keeps it.
+DELETE FROM leases WHERE run_id = %(run_id)s AND not_after <= mediator_now()
+RETURNING node_id
+
+-- node_leases --
+SELECT run_id, instance FROM leases WHERE node_id = %(node_id)s
+
+-- rebind_lease --
+-- Restart detection with nothing run yet under the old instance: the lease follows the node's
+-- new daemon (our departure: such a run has lost nothing).
+UPDATE leases SET instance = %(instance)s, not_after = mediator_now() + make_interval(secs => %(ttl)s)
+WHERE node_id = %(node_id)s AND run_id = %(run_id)s
+
+-- rebind_chosen --
+UPDATE steps SET chosen = jsonb_set(chosen, '{instance}', to_jsonb(%(instance)s::text))
+WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND chosen IS NOT NULL
+
+-- open_asks --
+SELECT ask_id, run_id, seq, question, raised_at FROM asks WHERE NOT closed ORDER BY ask_id
+
+-- get_ask --
+SELECT ask_id, run_id, seq, question, raised_at, closed FROM asks WHERE ask_id = %(ask_id)s
+
+-- lock_ask --
+SELECT ask_id, run_id, seq, closed FROM asks WHERE ask_id = %(ask_id)s FOR UPDATE
+
+-- answer_ask --
+UPDATE asks SET answer = %(answer)s, ok = %(ok)s, answered_by = %(by)s,
+                answered_at = mediator_now(), closed = true
+WHERE ask_id = %(ask_id)s AND NOT closed

@@ -1,0 +1,520 @@
+"""The run lifecycle half of the orchestration layer (mediator.md §7.4–7.6).
+
+Steps are claimed and reported by nodes; results release nodes as soon as they are done with a run
+(applyRelease), settle the run when every step is terminal (SettleIfDone), and wake the queue
+(wake point 1). Cancel, the reaper, restart detection and at-boundary drains end runs early. Every
+transaction here follows the locking rule: run row, then steps, leases, asks. Sealing, PushAsks and
+the wake run after commit, so nothing outside the database sees an uncommitted change.
+
+:class:`mediator.flows.Mediator` inherits these methods; they are a separate module only to keep
+each file readable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mediator import contract as contract_mod
+from mediator.errors import Conflict, ContractError, Forbidden, NotFound
+from mediator.rows import Ask, Run, Step
+from mediator.states import (
+    TERMINAL_RUN,
+    TERMINAL_STEP,
+    RunState,
+    StepState,
+    Verdict,
+    run_transition,
+    settle_verdict,
+    step_transition,
+)
+from mediator.store.db import Tx
+
+if TYPE_CHECKING:
+    from mediator.config import Config
+    from mediator.records import Records
+    from mediator.store.db import Store
+
+log = logging.getLogger("mediator")
+
+OUTCOMES = ("pass", "fail", "retry")
+MAX_LOG = 1_000_000
+_OPEN = (StepState.PENDING, StepState.ASKED)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What a result did: ``settled`` is SettleIfDone's answer (the new state or "")."""
+
+    settled: str
+    rolled: bool
+    released: tuple[str, ...]
+    step_state: str
+
+
+@dataclass
+class ReapReport:
+    """One reaper pass: leases it released, runs it ended as lost, records it sealed."""
+
+    released: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    sealed: list[str] = field(default_factory=list)
+    woke: bool = False
+
+
+@dataclass
+class _Change:
+    """What one transaction did to a run, for the after-commit work."""
+
+    run_id: str
+    settled: str = ""
+    released: list[str] = field(default_factory=list)
+    asks: list[Ask] = field(default_factory=list)
+
+
+def _ev(run_id: str, kind: str, node_id: str = "", **data: Any) -> dict[str, Any]:
+    return {"run_id": run_id, "node_id": node_id, "kind": kind, "data": data}
+
+
+class LifecycleMixin:
+    """Work, claim, report, cancel, reap, restart detection, drain, asks."""
+
+    store: Store
+    config: Config
+    records: Records
+
+    def seal(self, run_id: str) -> bool:  # provided by Mediator
+        raise NotImplementedError
+
+    def _wake_safely(self, why: str) -> Any:  # provided by Mediator
+        raise NotImplementedError
+
+    def _push_asks(self, asks: list[Any]) -> None:  # provided by Mediator
+        raise NotImplementedError
+
+    # ---- shared steps of every flow --------------------------------------------------------
+    @staticmethod
+    def _release(
+        tx: Tx, run_id: str, nodes: Iterable[str], reason: str, events: list[dict[str, Any]]
+    ) -> list[str]:
+        released = tx.delete_leases(run_id, sorted(set(nodes)))
+        events += [_ev(run_id, "lease_released", n, reason=reason) for n in released]
+        return released
+
+    def _end(
+        self,
+        tx: Tx,
+        run: Run,
+        steps: list[Step],
+        verdict: Verdict,
+        events: list[dict[str, Any]],
+        *,
+        gone: Iterable[str] = (),
+    ) -> list[str]:
+        """End a run early (cancel, lost, drained): open steps SKIPPED, asks closed, FAILED.
+
+        A node still running a CLAIMED step keeps its lease until that step's result arrives or
+        the lease expires (I2's exception; our departure from seed 000), unless the node is
+        ``gone`` (its lease expired or its daemon restarted): then the step can never report and
+        is SKIPPED too. Returns the released nodes.
+        """
+        gone = set(gone)
+        skip = []
+        for s in steps:
+            if s.state in _OPEN or (s.state == StepState.CLAIMED and s.node_id in gone):
+                step_transition(s.state, StepState.SKIPPED)
+                skip.append(s.seq)
+        tx.skip_steps(run.run_id, skip)
+        tx.close_asks(run.run_id)
+        run_transition(run.state, RunState.FAILED)
+        tx.end_run(run.run_id, RunState.FAILED, verdict)
+        events.append(_ev(run.run_id, "settled", state="FAILED", verdict=str(verdict)))
+        still = {s.node_id for s in steps if s.state == StepState.CLAIMED and s.node_id not in gone}
+        leased = [r["node_id"] for r in tx.run_leases(run.run_id)]
+        return self._release(
+            tx, run.run_id, [n for n in leased if n not in still], str(verdict), events
+        )
+
+    def _progress(self, tx: Tx, run: Run, events: list[dict[str, Any]]) -> _Change:
+        """After a step became terminal in a RUNNING run: at-boundary drain, raiseAsks,
+        applyRelease, SettleIfDone — all inside the caller's transaction (R15's point: the
+        partial release rides on the result's wake)."""
+        change = _Change(run.run_id)
+        steps = tx.steps(run.run_id)
+        leased = [r["node_id"] for r in tx.run_leases(run.run_id)]
+        claimed = {s.node_id for s in steps if s.state == StepState.CLAIMED}
+        boundary = [n for n in leased if n not in claimed and self._draining_at_boundary(tx, n)]
+        open_steps = [s for s in steps if s.state not in TERMINAL_STEP]
+        if boundary and open_steps:
+            # at-boundary drain (mediator.md §7.5): once no step is CLAIMED on the node, the
+            # run's remaining steps are SKIPPED and it settles FAILED/drained (wake 4).
+            change.released = self._end(tx, run, steps, Verdict.DRAINED, events)
+            change.settled = RunState.FAILED
+            return change
+        change.asks = tx.raise_asks(run.run_id)
+        if change.asks:
+            steps = tx.steps(run.run_id)
+        # applyRelease: a node whose steps in this run are all terminal is free at once.
+        done = [n for n in leased if all(s.state in TERMINAL_STEP for s in steps if s.node_id == n)]
+        decision = settle_verdict(s.state for s in steps)
+        if decision is not None:
+            state, verdict = decision
+            run_transition(run.state, state)
+            tx.end_run(run.run_id, state, verdict)
+            tx.close_asks(run.run_id)
+            events.append(_ev(run.run_id, "settled", state=str(state), verdict=str(verdict)))
+            change.settled = state
+            change.released = self._release(tx, run.run_id, leased, "settled", events)
+        else:
+            change.released = self._release(tx, run.run_id, done, "partial", events)
+        return change
+
+    @staticmethod
+    def _draining_at_boundary(tx: Tx, node_id: str) -> bool:
+        row = tx.node_row(node_id)
+        return bool(row and row["drain"] == "at-boundary")
+
+    def _after_commit(self, changes: Iterable[_Change], why: str, *, wake: bool) -> None:
+        """Seal what settled, PushAsks, then wake — in that order, after the commit."""
+        for c in changes:
+            if c.settled:
+                self.seal(c.run_id)
+            if c.asks:
+                self._push_asks(c.asks)
+        if wake:
+            self._wake_safely(why)
+
+    # ---- steps (mediator.md §7.4) ------------------------------------------------------------
+    def work(self, node_id: str) -> list[Step]:
+        """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
+        with self.store.tx() as tx:
+            return tx.work(node_id)
+
+    def _locked(self, tx: Tx, run_id: str, seq: int) -> tuple[Run, list[Step], Step]:
+        run = tx.get_run(run_id, lock=True)
+        if run is None:
+            raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+        steps = tx.lock_steps(run_id)
+        step = next((s for s in steps if s.seq == seq), None)
+        if step is None:
+            raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
+        return run, steps, step
+
+    def claim(self, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:
+        """PENDING → CLAIMED for the node the step belongs to.
+
+        Raises:
+            Forbidden: ``not_your_step`` — the step is another node's (403).
+            Conflict: ``run_ended``, ``stale_instance``, ``draining``, ``already_claimed`` or
+                ``not_claimable`` (409).
+        """
+        with self.store.tx() as tx:
+            run, steps, step = self._locked(tx, run_id, seq)
+            if step.node_id != node_id:
+                raise Forbidden(
+                    f"Step {seq} of run {run_id} is not assigned to {node_id}.",
+                    code="not_your_step",
+                )
+            if run.state != RunState.RUNNING:
+                raise Conflict(f"Run {run_id} has ended ({run.state}).", code="run_ended")
+            node = tx.node_row(node_id)
+            current = node["instance"] if node else ""
+            if instance is not None and instance != current:
+                raise Conflict(
+                    "This daemon instance is stale; advertise again first.", code="stale_instance"
+                )
+            if node and node["drain"] == "at-boundary":
+                raise Conflict(f"Node {node_id} is draining at the step boundary.", code="draining")
+            if step.state == StepState.CLAIMED:
+                raise Conflict(
+                    f"Step {seq} of run {run_id} is already claimed.", code="already_claimed"
+                )
+            passed = {s.name for s in steps if s.state == StepState.PASSED}
+            if (
+                step.state != StepState.PENDING
+                or step.kind != "exec"
+                or not set(step.after) <= passed
+            ):
+                raise Conflict(
+                    f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable"
+                )
+            step_transition(step.state, StepState.CLAIMED)
+            claimed = tx.claim_step(run_id, seq, current)
+            assert claimed is not None  # the run and step rows are locked
+            tx.insert_events([_ev(run_id, "claimed", node_id, seq=seq, attempt=claimed.attempt)])
+        return claimed
+
+    def report(
+        self,
+        run_id: str,
+        seq: int,
+        node_id: str,
+        attempt: int,
+        outcome: str,
+        log: str = "",
+        instance: str | None = None,
+    ) -> ReportResult:
+        """A step's result (mediator.md §7.4); wakes the queue after commit (wake 1) unless it
+        was a ``retry`` rollback (R15).
+
+        Raises:
+            ContractError: a malformed outcome, attempt or log (400).
+            Forbidden: ``not_your_step`` (403).
+            Conflict: ``stale_instance``, ``stale_attempt``, or ``run_ended`` — for a run that
+                already ended the result is still recorded and its lease freed first (409).
+        """
+        if outcome not in OUTCOMES:
+            raise ContractError("outcome must be 'pass', 'fail' or 'retry'.", field="outcome")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise ContractError("attempt must be a whole number ≥ 1.", field="attempt")
+        if not isinstance(log, str) or len(log) > MAX_LOG:
+            raise ContractError(f"log must be text of at most {MAX_LOG} characters.", field="log")
+        events: list[dict[str, Any]] = []
+        ended = False
+        rolled = False
+        change = _Change(run_id)
+        with self.store.tx() as tx:
+            run, steps, step = self._locked(tx, run_id, seq)
+            if step.node_id != node_id:
+                raise Forbidden(
+                    f"Step {seq} of run {run_id} is not assigned to {node_id}.",
+                    code="not_your_step",
+                )
+            node = tx.node_row(node_id)
+            current = node["instance"] if node else ""
+            inst = current if instance is None else instance
+            fresh = step.state == StepState.CLAIMED and step.attempt == attempt
+            if run.state in TERMINAL_RUN:
+                # A late result for an ended run: record it, free the node's lease (I2's
+                # exception ends here), answer run_ended so the daemon stops.
+                ended = True
+                if fresh and inst == step.instance:
+                    state = StepState.PASSED if outcome == "pass" else StepState.FAILED
+                    tx.finish_step(run_id, seq, step_transition(step.state, state), log)
+                    events.append(
+                        _ev(
+                            run_id,
+                            "result",
+                            node_id,
+                            seq=seq,
+                            attempt=attempt,
+                            outcome=outcome,
+                            late=True,
+                        )
+                    )
+                    busy = {
+                        s.node_id for s in steps if s.state == StepState.CLAIMED and s.seq != seq
+                    }
+                    if node_id not in busy:
+                        change.released = self._release(
+                            tx, run_id, [node_id], "late_result", events
+                        )
+                tx.insert_events(events)
+            else:
+                if inst != step.instance or inst != current:
+                    raise Conflict(
+                        "This result comes from a stale daemon instance.", code="stale_instance"
+                    )
+                if not fresh:
+                    raise Conflict(
+                        f"Attempt {attempt} of step {seq} is not the current one.",
+                        code="stale_attempt",
+                    )
+                if outcome == "retry" and attempt < self.config.max_attempts:
+                    # R15: a rollback releases nothing, so it does not wake.
+                    step_transition(step.state, StepState.PENDING)
+                    tx.rollback_step(run_id, seq, log)
+                    tx.insert_events(
+                        [
+                            _ev(
+                                run_id,
+                                "result",
+                                node_id,
+                                seq=seq,
+                                attempt=attempt,
+                                outcome="retry",
+                                rolled=True,
+                            )
+                        ]
+                    )
+                    rolled = True
+                else:
+                    state = StepState.PASSED if outcome == "pass" else StepState.FAILED
+                    tx.finish_step(run_id, seq, step_transition(step.state, state), log)
+                    events.append(
+                        _ev(run_id, "result", node_id, seq=seq, attempt=attempt, outcome=outcome)
+                    )
+                    if state == StepState.FAILED:
+                        skip = contract_mod.dependants(steps, step.name)  # type: ignore[arg-type]
+                        tx.skip_steps(
+                            run_id, [s.seq for s in steps if s.name in skip and s.state in _OPEN]
+                        )
+                    change = self._progress(tx, run, events)
+                    tx.insert_events(events)
+        if rolled:
+            return ReportResult("", True, (), StepState.PENDING)
+        self._after_commit([change], "result", wake=not ended or bool(change.released))
+        if ended:
+            raise Conflict(f"Run {run_id} has ended; stop working on it.", code="run_ended")
+        final = StepState.PASSED if outcome == "pass" else StepState.FAILED
+        return ReportResult(change.settled, False, tuple(change.released), final)
+
+    # ---- cancel (mediator.md §7.5) ----------------------------------------------------------
+    def cancel(self, run_id: str, principal: str | None = None, *, admin: bool = False) -> Run:
+        """QUEUED or RUNNING → FAILED/cancelled; a terminal run is a no-op. Always wakes (wake 2).
+
+        ``principal=None`` is an in-process caller (trusted); otherwise only the submitter or an
+        admin may cancel (403).
+        """
+        changed = False
+        with self.store.tx() as tx:
+            run = tx.get_run(run_id, lock=True)
+            if run is None:
+                raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+            if principal is not None and not admin and principal != run.submitter:
+                raise Forbidden(
+                    "Only the submitter or an admin may cancel this run.", code="not_your_run"
+                )
+            if run.state not in TERMINAL_RUN:
+                events = [_ev(run_id, "cancelled", by=principal or "")]
+                steps = tx.lock_steps(run_id)
+                self._end(tx, run, steps, Verdict.CANCELLED, events)
+                tx.insert_events(events)
+                changed = True
+        if changed:
+            self._after_commit([_Change(run_id, settled=RunState.FAILED)], "cancel", wake=False)
+        self._wake_safely("cancel")  # wake 2: always
+        return self.get_run(run_id)  # type: ignore[attr-defined,no-any-return]
+
+    # ---- reaper (mediator.md §7.5) ----------------------------------------------------------
+    def reap(self) -> ReapReport:
+        """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
+        terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
+        report = ReapReport()
+        with self.store.tx() as tx:
+            candidates = tx.expired_lease_runs()
+        changes = []
+        for run_id in candidates:
+            events: list[dict[str, Any]] = []
+            with self.store.tx() as tx:
+                run = tx.get_run(run_id, lock=True)
+                if run is None:
+                    continue
+                steps = tx.lock_steps(run_id)
+                expired = tx.delete_expired_leases(run_id)  # re-checked under the run lock
+                if not expired:
+                    continue
+                events += [_ev(run_id, "lease_released", n, reason="expired") for n in expired]
+                released = list(expired)
+                if run.state == RunState.RUNNING:
+                    released += self._end(tx, run, steps, Verdict.LOST, events, gone=expired)
+                    report.lost.append(run_id)
+                    changes.append(_Change(run_id, settled=RunState.FAILED))
+                tx.insert_events(events)
+            report.released += released
+        report.sealed = self.seal_unsealed()
+        self._after_commit(changes, "reap", wake=False)
+        if report.released:
+            report.woke = True
+            self._wake_safely("reap")
+        return report
+
+    def seal_unsealed(self) -> list[str]:
+        """Seal terminal runs left unsealed (a crash between commit and seal, §7.7)."""
+        with self.store.tx() as tx:
+            pending = tx.unsealed_runs()
+        return [r for r in pending if self.seal(r)]
+
+    # ---- advert side effects (restart detection, at-boundary drain) ---------------------------
+    def _advert_effects(self, node_id: str, instance: str, drain: str) -> bool:
+        """Restart detection and at-boundary drain for a node's leases; True if anything was
+        released (wake 4)."""
+        with self.store.tx() as tx:
+            leases = tx.node_leases(node_id)
+        released_any = False
+        changes = []
+        for lease in leases:
+            restarted = lease["instance"] != instance
+            if not restarted and drain != "at-boundary":
+                continue
+            events: list[dict[str, Any]] = []
+            with self.store.tx() as tx:
+                run = tx.get_run(lease["run_id"], lock=True)
+                if run is None:
+                    continue
+                steps = tx.lock_steps(run.run_id)
+                current = {r["node_id"]: r for r in tx.run_leases(run.run_id)}.get(node_id)
+                if current is None:
+                    continue
+                mine = [s for s in steps if s.node_id == node_id]
+                released: list[str] = []
+                if current["instance"] != instance:
+                    old = current["instance"]
+                    ran = any(s.attempt > 0 and s.instance == old for s in mine)
+                    if run.state in TERMINAL_RUN:
+                        # A late lease kept for a CLAIMED step whose daemon is gone.
+                        tx.skip_steps(
+                            run.run_id, [s.seq for s in mine if s.state == StepState.CLAIMED]
+                        )
+                        released = self._release(tx, run.run_id, [node_id], "restart", events)
+                    elif ran:
+                        # Something ran under the old instance: that work is lost (wake 4).
+                        released = self._end(tx, run, steps, Verdict.LOST, events, gone=[node_id])
+                        changes.append(_Change(run.run_id, settled=RunState.FAILED))
+                    else:
+                        # Nothing ran there yet: the lease follows the new daemon (ours).
+                        tx.rebind_lease(
+                            node_id, run.run_id, instance, self.config.lease_ttl_seconds
+                        )
+                elif drain == "at-boundary" and run.state == RunState.RUNNING:
+                    claimed = any(s.state == StepState.CLAIMED for s in mine)
+                    if not claimed and any(s.state not in TERMINAL_STEP for s in steps):
+                        released = self._end(tx, run, steps, Verdict.DRAINED, events)
+                        changes.append(_Change(run.run_id, settled=RunState.FAILED))
+                tx.insert_events(events)
+            released_any = released_any or bool(released)
+        self._after_commit(changes, "advert", wake=False)
+        return released_any
+
+    # ---- asks (mediator.md §7.6) ------------------------------------------------------------
+    def asks(self) -> list[Ask]:
+        """Open asks, oldest first."""
+        with self.store.tx() as tx:
+            return tx.open_asks()
+
+    def answer(
+        self, ask_id: int, answer: str, ok: bool = True, principal: str | None = None
+    ) -> ReportResult:
+        """Answer an ask: its step → PASSED (ok) or FAILED, then as a result (settle, wake 1)."""
+        if not isinstance(ask_id, int) or isinstance(ask_id, bool):
+            raise ContractError("ask_id must be a whole number.", field="ask_id")
+        if not isinstance(answer, str) or len(answer) > 10_000:
+            raise ContractError("answer must be text of at most 10000 characters.", field="answer")
+        if not isinstance(ok, bool):
+            raise ContractError("ok must be true or false.", field="ok")
+        events: list[dict[str, Any]] = []
+        with self.store.tx() as tx:
+            found = tx.get_ask(ask_id)
+            if found is None:
+                raise NotFound(f"No ask with ask_id {ask_id}.", code="unknown_ask")
+            run, steps, step = self._locked(tx, found["run_id"], found["seq"])
+            ask = tx.lock_ask(ask_id)
+            if ask is None or ask["closed"] or step.state != StepState.ASKED:
+                raise Conflict(f"Ask {ask_id} is no longer open.", code="ask_closed")
+            if run.state != RunState.RUNNING:
+                raise Conflict(f"Run {run.run_id} has ended.", code="run_ended")
+            state = StepState.PASSED if ok else StepState.FAILED
+            tx.finish_step(run.run_id, step.seq, step_transition(step.state, state), answer)
+            tx.answer_ask(ask_id, answer, ok, principal or "")
+            events.append(_ev(run.run_id, "ask_answered", ask_id=ask_id, seq=step.seq, ok=ok))
+            if not ok:
+                skip = contract_mod.dependants(steps, step.name)  # type: ignore[arg-type]
+                tx.skip_steps(
+                    run.run_id, [s.seq for s in steps if s.name in skip and s.state in _OPEN]
+                )
+            change = self._progress(tx, run, events)
+            tx.insert_events(events)
+        self._after_commit([change], "answer", wake=True)
+        return ReportResult(change.settled, False, tuple(change.released), state)
