@@ -1,0 +1,566 @@
+"""Worked examples for mediator.contract: structural validation at submit (R5) and need matching.
+
+Every structural check of mediator.md §5 has an example that breaks exactly one thing and asserts
+the ``field`` the error names: the HTTP layer returns that field to the person who must fix it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mediator import contract
+from mediator.contract import MAX_STEPS, StepSpec
+from mediator.errors import ContractError
+
+
+def example() -> dict[str, Any]:
+    """The contract of mediator.md §5 (with a concrete run_id and work_id)."""
+    return {
+        "run_id": "hil-2024.06_01",
+        "work_id": "ticket-4e3415b7",
+        "roles": {"dut": {"board": "stm32f4"}, "bench": {"scope": True}},
+        "steps": [
+            {"name": "flash", "role": "dut", "uses": "shell", "with": {"cmd": "make flash"}},
+            {
+                "name": "probe",
+                "kind": "ask",
+                "ask": "Clip the probe on TP3, then answer ok",
+                "after": ["flash"],
+            },
+            {
+                "name": "measure",
+                "role": "bench",
+                "uses": "shell",
+                "with": {"cmd": "scope-capture"},
+                "after": ["probe"],
+            },
+            {
+                "name": "verify",
+                "role": "dut",
+                "uses": "shell",
+                "with": {"cmd": "pytest hil/"},
+                "after": ["measure"],
+            },
+        ],
+    }
+
+
+def error_of(doc: object) -> ContractError:
+    with pytest.raises(ContractError) as caught:
+        contract.parse(doc)
+    return caught.value
+
+
+# --- the example parses ---------------------------------------------------------------------------
+
+
+def test_example_contract_of_section_5_parses_to_roles_and_steps() -> None:
+    """R5: the spec's own example passes every structural check, field by field."""
+    doc = example()
+    parsed = contract.parse(doc)
+    assert parsed.run_id == "hil-2024.06_01"
+    assert parsed.work_id == "ticket-4e3415b7"
+    assert parsed.roles == {"dut": {"board": "stm32f4"}, "bench": {"scope": True}}
+    assert parsed.doc is doc
+    assert parsed.steps == (
+        StepSpec(0, "flash", "exec", "dut", "shell", {"cmd": "make flash"}, (), ""),
+        StepSpec(
+            1, "probe", "ask", "", "", {}, ("flash",), "Clip the probe on TP3, then answer ok"
+        ),
+        StepSpec(2, "measure", "exec", "bench", "shell", {"cmd": "scope-capture"}, ("probe",), ""),
+        StepSpec(3, "verify", "exec", "dut", "shell", {"cmd": "pytest hil/"}, ("measure",), ""),
+    )
+
+
+def test_defaults_kind_exec_uses_shell_with_empty_after_empty() -> None:
+    parsed = contract.parse({"roles": {"r": {}}, "steps": [{"name": "s", "role": "r"}]})
+    assert parsed.run_id is None
+    assert parsed.work_id == ""
+    assert parsed.steps == (StepSpec(0, "s", "exec", "r", "shell", {}, (), ""),)
+
+
+def test_null_run_id_and_work_id_count_as_absent() -> None:
+    parsed = contract.parse(
+        {
+            "run_id": None,
+            "work_id": None,
+            "roles": {},
+            "steps": [{"name": "a", "kind": "ask", "ask": "?"}],
+        }
+    )
+    assert (parsed.run_id, parsed.work_id) == (None, "")
+
+
+def test_ask_only_contract_has_no_roles() -> None:
+    parsed = contract.parse({"roles": {}, "steps": [{"name": "a", "kind": "ask", "ask": "Ready?"}]})
+    assert parsed.roles == {}
+    assert (
+        contract.needs_of({"roles": {}, "steps": [{"name": "a", "kind": "ask", "ask": "?"}]}) == {}
+    )
+
+
+def test_unknown_top_level_keys_are_ignored_for_forward_compatibility() -> None:
+    doc = example()
+    doc["priority"] = 5
+    assert contract.parse(doc).doc["priority"] == 5
+
+
+def test_needs_of_returns_fresh_copies_of_the_needs_by_role() -> None:
+    doc = example()
+    needs = contract.needs_of(doc)
+    assert needs == {"dut": {"board": "stm32f4"}, "bench": {"scope": True}}
+    needs["dut"]["board"] = "changed"
+    assert doc["roles"]["dut"]["board"] == "stm32f4"
+
+
+def test_maximum_sized_contract_is_accepted() -> None:
+    """R5: exactly MAX_STEPS steps in one chain is fine (and deeper than Python's recursion)."""
+    steps = [
+        {"name": f"s{i}", "role": "r", "after": [f"s{i - 1}"] if i else []}
+        for i in range(MAX_STEPS)
+    ]
+    parsed = contract.parse({"roles": {"r": {}}, "steps": steps})
+    assert len(parsed.steps) == MAX_STEPS
+    assert parsed.steps[-1].after == (f"s{MAX_STEPS - 2}",)
+
+
+# --- every structural check names its field (R5) --------------------------------------------------
+
+
+def mutate(change: Any) -> dict[str, Any]:
+    doc = example()
+    change(doc)
+    return doc
+
+
+def set_step(i: int, key: str, value: Any) -> Any:
+    return lambda d: d["steps"][i].__setitem__(key, value)
+
+
+def del_step_key(i: int, key: str) -> Any:
+    return lambda d: d["steps"][i].pop(key)
+
+
+STRUCTURAL = [
+    # (id, change to the example, field named)
+    ("run_id not a string", lambda d: d.__setitem__("run_id", 42), "run_id"),
+    ("run_id empty", lambda d: d.__setitem__("run_id", ""), "run_id"),
+    ("run_id with a slash", lambda d: d.__setitem__("run_id", "a/b"), "run_id"),
+    ("run_id with a space", lambda d: d.__setitem__("run_id", "a b"), "run_id"),
+    ("run_id 65 chars", lambda d: d.__setitem__("run_id", "x" * 65), "run_id"),
+    ("work_id not a string", lambda d: d.__setitem__("work_id", 7), "work_id"),
+    ("work_id 201 chars", lambda d: d.__setitem__("work_id", "w" * 201), "work_id"),
+    ("roles missing", lambda d: d.pop("roles"), "roles"),
+    ("roles a list", lambda d: d.__setitem__("roles", ["dut"]), "roles"),
+    ("role name with space", lambda d: d["roles"].__setitem__("my role", {}), 'roles["my role"]'),
+    ("role name too long", lambda d: d["roles"].__setitem__("r" * 65, {}), "roles." + "r" * 65),
+    ("needs not an object", lambda d: d["roles"].__setitem__("dut", "stm32f4"), "roles.dut"),
+    ("need value null", lambda d: d["roles"]["dut"].__setitem__("board", None), "roles.dut.board"),
+    ("need value list", lambda d: d["roles"]["dut"].__setitem__("board", ["a"]), "roles.dut.board"),
+    ("need value object", lambda d: d["roles"]["dut"].__setitem__("board", {}), "roles.dut.board"),
+    ("need key empty", lambda d: d["roles"]["dut"].__setitem__("", 1), 'roles.dut[""]'),
+    ("steps missing", lambda d: d.pop("steps"), "steps"),
+    ("steps an object", lambda d: d.__setitem__("steps", {"flash": {}}), "steps"),
+    ("steps empty", lambda d: d.__setitem__("steps", []), "steps"),
+    ("step not an object", lambda d: d["steps"].__setitem__(1, "probe"), "steps[1]"),
+    ("step key typo afer", lambda d: d["steps"][3].__setitem__("afer", ["x"]), "steps[3].afer"),
+    ("step key unknown", lambda d: d["steps"][0].__setitem__("timeout", 5), "steps[0].timeout"),
+    ("name missing", del_step_key(2, "name"), "steps[2].name"),
+    ("name not a string", set_step(2, "name", 3), "steps[2].name"),
+    ("name empty", set_step(2, "name", ""), "steps[2].name"),
+    ("name blank", set_step(2, "name", "   "), "steps[2].name"),
+    ("name 129 chars", set_step(2, "name", "n" * 129), "steps[2].name"),
+    ("duplicate name", set_step(3, "name", "flash"), "steps[3].name"),
+    ("unknown kind", set_step(0, "kind", "python"), "steps[0].kind"),
+    ("kind not a string", set_step(0, "kind", 1), "steps[0].kind"),
+    ("after a string", set_step(2, "after", "probe"), "steps[2].after"),
+    ("after holds a number", set_step(2, "after", [1]), "steps[2].after"),
+    ("after unknown step", set_step(2, "after", ["prob"]), "steps[2].after"),
+    ("after itself", set_step(2, "after", ["measure"]), "steps[2].after"),
+    ("exec without role", del_step_key(0, "role"), "steps[0].role"),
+    ("exec role unknown", set_step(0, "role", "scope"), "steps[0].role"),
+    ("exec role not a string", set_step(0, "role", ["dut"]), "steps[0].role"),
+    ("exec uses not a string", set_step(0, "uses", 1), "steps[0].uses"),
+    ("exec uses empty", set_step(0, "uses", ""), "steps[0].uses"),
+    ("exec with a list", set_step(0, "with", ["make"]), "steps[0].with"),
+    ("exec with a string", set_step(0, "with", "make flash"), "steps[0].with"),
+    ("exec with a question", set_step(0, "ask", "sure?"), "steps[0].ask"),
+    ("ask with a role", set_step(1, "role", "dut"), "steps[1].role"),
+    ("ask with uses", set_step(1, "uses", "shell"), "steps[1].uses"),
+    ("ask with with", set_step(1, "with", {}), "steps[1].with"),
+    ("ask without question", del_step_key(1, "ask"), "steps[1].ask"),
+    ("ask question empty", set_step(1, "ask", ""), "steps[1].ask"),
+    ("ask question not a string", set_step(1, "ask", True), "steps[1].ask"),
+    ("role no step uses", lambda d: d["roles"].__setitem__("spare", {}), "roles.spare"),
+    (
+        "NaN inside with",
+        lambda d: d["steps"][0]["with"].__setitem__("t", float("nan")),
+        "steps[0].with.t",
+    ),
+    ("set inside with", lambda d: d["steps"][0]["with"].__setitem__("t", {1}), "steps[0].with.t"),
+    (
+        "NUL in a command",
+        lambda d: d["steps"][0]["with"].__setitem__("cmd", "a\x00b"),
+        "steps[0].with.cmd",
+    ),
+    ("lone surrogate", lambda d: d["steps"][0].__setitem__("name", "\ud800"), "steps[0].name"),
+    ("non-string key", lambda d: d["steps"][0]["with"].__setitem__(1, "x"), "steps[0].with"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [(c, f) for _, c, f in STRUCTURAL], ids=[i for i, _, _ in STRUCTURAL]
+)
+def test_structural_error_names_the_field(change: Any, field: str) -> None:
+    """R5: each malformed contract is a ContractError (400) naming the offending field."""
+    err = error_of(mutate(change))
+    assert err.field == field
+    assert err.code == "invalid_contract"
+    assert err.status == 400
+    # One sentence a person can act on, and it says where.
+    assert err.message.endswith((".", "?"))
+    assert field in err.message
+
+
+@pytest.mark.parametrize("doc", [None, [], "contract", 3], ids=["null", "list", "string", "number"])
+def test_document_that_is_not_an_object(doc: object) -> None:
+    err = error_of(doc)
+    assert err.field is None
+    assert "JSON object" in err.message
+
+
+def test_more_than_max_steps() -> None:
+    """R5: 1,001 steps are refused at submit, field "steps"."""
+    steps = [{"name": f"s{i}", "role": "r"} for i in range(MAX_STEPS + 1)]
+    err = error_of({"roles": {"r": {}}, "steps": steps})
+    assert err.field == "steps"
+    assert "1001" in err.message
+
+
+def test_cycle_reports_the_step_whose_after_closes_it() -> None:
+    """R5: a -> b -> c -> a is found while walking from a; c's after closes it."""
+    doc = {
+        "roles": {"r": {}},
+        "steps": [
+            {"name": "a", "role": "r", "after": ["b"]},
+            {"name": "b", "role": "r", "after": ["c"]},
+            {"name": "c", "role": "r", "after": ["a"]},
+        ],
+    }
+    err = error_of(doc)
+    assert err.field == "steps[2].after"
+    assert '"a" waits for "b" waits for "c" waits for "a"' in err.message
+
+
+def test_cycle_downstream_of_an_acyclic_prefix() -> None:
+    doc = {
+        "roles": {"r": {}},
+        "steps": [
+            {"name": "start", "role": "r"},
+            {"name": "x", "role": "r", "after": ["start", "y"]},
+            {"name": "y", "role": "r", "after": ["x"]},
+            {"name": "z", "role": "r", "after": ["start"]},
+        ],
+    }
+    err = error_of(doc)
+    assert err.field == "steps[2].after"
+    assert '"x" waits for "y" waits for "x"' in err.message
+
+
+def test_diamond_is_not_a_cycle() -> None:
+    doc = {
+        "roles": {"r": {}},
+        "steps": [
+            {"name": "top", "role": "r"},
+            {"name": "left", "role": "r", "after": ["top"]},
+            {"name": "right", "role": "r", "after": ["top"]},
+            {"name": "bottom", "role": "r", "after": ["left", "right", "top"]},
+        ],
+    }
+    assert [s.name for s in contract.parse(doc).steps] == ["top", "left", "right", "bottom"]
+
+
+def test_after_may_name_a_step_listed_later() -> None:
+    """Only the graph matters, not the list order: b waits for a, which is written after it."""
+    doc = {
+        "roles": {"r": {}},
+        "steps": [{"name": "b", "role": "r", "after": ["a"]}, {"name": "a", "role": "r"}],
+    }
+    assert [(s.seq, s.name, s.after) for s in contract.parse(doc).steps] == [
+        (0, "b", ("a",)),
+        (1, "a", ()),
+    ]
+
+
+def test_unknown_step_key_suggests_the_close_match() -> None:
+    err = error_of(mutate(lambda d: d["steps"][3].__setitem__("afer", ["measure"])))
+    assert 'did you mean "after"?' in err.message
+
+
+def test_duplicate_name_message_points_at_the_first_holder() -> None:
+    err = error_of(mutate(set_step(3, "name", "flash")))
+    assert "steps[0]" in err.message
+
+
+def test_first_problem_in_document_order_is_reported() -> None:
+    """Same document, same error: the earliest field wins."""
+    doc = mutate(
+        lambda d: (d.__setitem__("run_id", "bad id"), d["steps"][0].__setitem__("kind", "x"))
+    )
+    assert error_of(doc).field == "run_id"
+
+
+def test_dict_key_with_a_dot_is_quoted_in_the_field_path() -> None:
+    doc = {"roles": {"a.b": {"x": None}}, "steps": [{"name": "s", "role": "a.b"}]}
+    assert error_of(doc).field == 'roles["a.b"].x'
+
+
+def test_tuples_count_as_json_arrays() -> None:
+    """Notebook callers may write tuples; json.dumps stores them as arrays, so they are accepted."""
+    doc = {
+        "roles": {"r": {}},
+        "steps": ({"name": "a", "role": "r"}, {"name": "b", "role": "r", "after": ("a",)}),
+    }
+    assert contract.parse(doc).steps[1].after == ("a",)
+
+
+# --- needs_key ------------------------------------------------------------------------------------
+
+
+def test_needs_key_ignores_key_order() -> None:
+    """Identical demands group under one key whatever order the client wrote them in (P2 cache)."""
+    a: dict[str, dict[str, Any]] = {
+        "dut": {"board": "stm32f4", "usb": True},
+        "bench": {"scope": True},
+    }
+    b: dict[str, dict[str, Any]] = {
+        "bench": {"scope": True},
+        "dut": {"usb": True, "board": "stm32f4"},
+    }
+    assert contract.needs_key(a) == contract.needs_key(b)
+    assert len(contract.needs_key(a)) == 64
+    assert int(contract.needs_key(a), 16) >= 0
+
+
+def test_needs_key_keeps_json_types() -> None:
+    assert contract.needs_key({"r": {"k": True}}) != contract.needs_key({"r": {"k": 1}})
+    assert contract.needs_key({"r": {"k": "1"}}) != contract.needs_key({"r": {"k": 1}})
+
+
+def test_needs_key_includes_role_names() -> None:
+    """The matcher takes roles in name order, so the same needs under other names is another key."""
+    assert contract.needs_key({"a": {"k": 1}}) != contract.needs_key({"b": {"k": 1}})
+
+
+def test_needs_key_of_no_roles_is_stable() -> None:
+    assert contract.needs_key({}) == contract.needs_key({})
+    assert contract.needs_key({}) != contract.needs_key({"r": {}})
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=4),
+        st.one_of(st.booleans(), st.integers(), st.text(max_size=4)),
+    )
+)
+def test_needs_key_is_independent_of_insertion_order(needs: dict[str, Any]) -> None:
+    reversed_needs = dict(reversed(list(needs.items())))
+    assert contract.needs_key({"r": needs}) == contract.needs_key({"r": reversed_needs})
+
+
+# --- satisfies and matched ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("need", "cap", "ok"),
+    [
+        (True, True, True),
+        (True, "rigol-ds1054", True),
+        (True, 2, True),
+        (True, ["a"], True),
+        (True, False, False),
+        (True, 0, False),
+        (True, "", False),
+        (True, [], False),
+        (1, True, False),
+        (True, 1, True),  # true means "present and truthy", and 1 is truthy
+        (False, 0, False),
+        (0, False, False),
+        (False, False, True),
+        ("1", 1, False),
+        (1, "1", False),
+        (1, 1, True),
+        (1, 1.0, True),
+        (2.5, 2.5, True),
+        ("stm32f4", "stm32f4", True),
+        ("stm32f4", "STM32F4", False),
+        ("stm32f4", ["stm32f7", "stm32f4"], True),
+        ("stm32f4", ["stm32f7"], False),
+        (1, [True, "1"], False),
+        (1, [True, 1.0], True),
+        (False, [0, "false"], False),
+        (False, [0, False], True),
+    ],
+)
+def test_satisfies_keeps_json_types(need: Any, cap: Any, ok: bool) -> None:
+    """mediator.md §5: no bool/int coercion; lists match by membership under the same rule."""
+    assert contract.satisfies({"k": need}, {"k": cap}) is ok
+
+
+def test_satisfies_requires_every_need_and_presence() -> None:
+    caps = {"board": "stm32f4", "usb": True}
+    assert contract.satisfies({}, {})
+    assert contract.satisfies({"board": "stm32f4", "usb": True}, caps)
+    assert not contract.satisfies({"board": "stm32f4", "scope": True}, caps)
+    assert not contract.satisfies({"board": "stm32f4", "usb": False}, caps)
+
+
+def test_matched_records_the_capability_value_that_satisfied_each_need() -> None:
+    """FR-3: steps.chosen.matched says what hardware actually ran the step."""
+    caps = {"board": ["stm32f7", "stm32f4"], "scope": "rigol-ds1054", "ram": 8.0, "os": "linux"}
+    needs = {"board": "stm32f4", "scope": True, "ram": 8}
+    assert contract.matched(needs, caps) == {
+        "board": "stm32f4",
+        "scope": "rigol-ds1054",
+        "ram": 8.0,
+    }
+
+
+def test_matched_leaves_out_needs_the_capabilities_no_longer_meet() -> None:
+    assert contract.matched({"board": "a", "usb": True}, {"board": "b", "usb": True}) == {
+        "usb": True
+    }
+
+
+scalars = st.one_of(
+    st.booleans(), st.integers(-3, 3), st.floats(-3, 3, allow_nan=False), st.text(max_size=2)
+)
+
+
+@given(scalars)
+def test_a_scalar_capability_satisfies_the_same_need(value: Any) -> None:
+    expected = bool(value) if value is True else True
+    assert contract.satisfies({"k": value}, {"k": value}) is expected
+    assert contract.satisfies({"k": value}, {"k": [value]}) is expected
+
+
+@given(scalars, scalars)
+def test_booleans_never_match_other_types(need: Any, cap: Any) -> None:
+    if isinstance(need, bool) != isinstance(cap, bool) and need is not True:
+        assert not contract.satisfies({"k": need}, {"k": cap})
+
+
+# --- validate_capabilities ------------------------------------------------------------------------
+
+
+def test_validate_capabilities_accepts_scalars_and_lists_of_scalars() -> None:
+    caps = {"board": ("stm32f4", "stm32f7"), "scope": True, "ram": 8, "cpu": 2.5, "os": "linux"}
+    assert contract.validate_capabilities(caps) == {
+        "board": ["stm32f4", "stm32f7"],
+        "scope": True,
+        "ram": 8,
+        "cpu": 2.5,
+        "os": "linux",
+    }
+
+
+@pytest.mark.parametrize(
+    ("caps", "field"),
+    [
+        (["board"], "capabilities"),
+        ({"board": None}, "capabilities.board"),
+        ({"board": {"v": 1}}, "capabilities.board"),
+        ({"board": ["a", None]}, "capabilities.board[1]"),
+        ({"board": ["a", ["b"]]}, "capabilities.board[1]"),
+        ({"": 1}, 'capabilities[""]'),
+        ({"t": float("inf")}, "capabilities.t"),
+        ({"t": "\x00"}, "capabilities.t"),
+    ],
+)
+def test_validate_capabilities_refuses_malformed_adverts(caps: object, field: str) -> None:
+    with pytest.raises(ContractError) as caught:
+        contract.validate_capabilities(caps)
+    assert caught.value.field == field
+    assert caught.value.code == "invalid_capabilities"
+
+
+def test_validate_capabilities_reports_under_the_given_field() -> None:
+    with pytest.raises(ContractError) as caught:
+        contract.validate_capabilities({"x": None}, field="body.capabilities")
+    assert caught.value.field == "body.capabilities.x"
+
+
+# --- valid_run_id ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["a", "A.b_c-9", "x" * 64, "20240601T120000.000-abc"])
+def test_valid_run_ids(value: str) -> None:
+    assert contract.valid_run_id(value)
+
+
+@pytest.mark.parametrize("value", ["", "x" * 65, "a b", "a/b", "é", "a\n", None, 5, ["a"]])
+def test_invalid_run_ids(value: object) -> None:
+    assert not contract.valid_run_id(value)
+
+
+# --- dependants -----------------------------------------------------------------------------------
+
+
+def test_dependants_are_direct_and_transitive() -> None:
+    """§7.4: a failed step makes every step depending on it, directly or not, SKIPPED."""
+    steps = contract.parse(example()).steps
+    assert contract.dependants(steps, "flash") == {"probe", "measure", "verify"}
+    assert contract.dependants(steps, "measure") == {"verify"}
+    assert contract.dependants(steps, "verify") == set()
+
+
+def test_dependants_leave_independent_branches_alone() -> None:
+    doc = {
+        "roles": {"r": {}},
+        "steps": [
+            {"name": "a", "role": "r"},
+            {"name": "b", "role": "r"},
+            {"name": "a2", "role": "r", "after": ["a"]},
+            {"name": "ab", "role": "r", "after": ["a2", "b"]},
+            {"name": "b2", "role": "r", "after": ["b"]},
+        ],
+    }
+    steps = contract.parse(doc).steps
+    assert contract.dependants(steps, "a") == {"a2", "ab"}
+    assert contract.dependants(steps, "b") == {"ab", "b2"}
+
+
+@given(st.data())
+def test_dependants_equal_reachability_over_after(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 8))
+    steps = []
+    for i in range(n):
+        after = data.draw(st.lists(st.integers(0, i - 1), unique=True)) if i else []
+        steps.append({"name": f"s{i}", "role": "r", "after": [f"s{j}" for j in after]})
+    parsed = contract.parse({"roles": {"r": {}}, "steps": steps}).steps
+    failed = data.draw(st.integers(0, n - 1))
+
+    def depends_on(i: int, target: int) -> bool:
+        return any(
+            j == target or depends_on(j, target) for j in (int(a[1:]) for a in steps[i]["after"])
+        )
+
+    expected = {f"s{i}" for i in range(n) if depends_on(i, failed)}
+    assert contract.dependants(parsed, f"s{failed}") == expected
+
+
+# --- parse leaves its input alone -----------------------------------------------------------------
+
+
+def test_parse_leaves_the_document_unchanged() -> None:
+    doc = example()
+    before = copy.deepcopy(doc)
+    contract.parse(doc)
+    assert doc == before
+    assert json.loads(json.dumps(doc)) == before
