@@ -1,0 +1,179 @@
+"""Submit (mediator.md §7.1; seed 000 R1–R5, NFR-I6, NFR-I7) on the real database."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mediator import ContractError, Mediator, NotFound
+from tests.db.conftest import advert, contract
+
+
+def count(med, table):
+    with med.store.tx() as tx:
+        return tx.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_r1_all_busy_is_202_queued_and_no_candidate_is_422_failed(med):
+    """R1: only 'candidates exist but all busy' waits; a need no node has fails at once."""
+    advert(med, "X")
+    assert med.submit(contract("a")).status == 201
+    b = med.submit(contract("b"))
+    assert (b.status, b.run.state, b.run.verdict) == (202, "QUEUED", None)
+    c = med.submit(contract("c", dut={"board": "no-such-board"}))
+    assert (c.status, c.run.state, c.run.verdict) == (422, "FAILED", "rejected")
+    assert c.run.reject["code"] == "NO_CANDIDATE" and c.run.reject["role"] == "dut"
+    assert med.get_run("c").state == "FAILED"  # 422 stays FAILED
+
+
+def test_r1_width_cap_at_submit_is_422(dsn, clock, tmp_path):
+    """R1: a run wider than max_width at t=0 is refused (422), not queued."""
+    from mediator import Config
+
+    with Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path)) as med:
+        advert(med, "N1", board="x")
+        advert(med, "N2", scope=True)
+        sub = med.submit(contract("wide", dut={"board": "x"}, bench={"scope": True}))
+        assert (sub.status, sub.run.reject["code"], sub.run.reject["width"]) == (422, "TOO_WIDE", 2)
+
+
+def test_202_body_has_neither_assigned_nor_reject(med):
+    """seed 000 §6.1: the 202 body is the run as committed: QUEUED, no assigned, no reject."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    body = med.submit(contract("b")).body()
+    assert body["state"] == "QUEUED"
+    assert body["assigned"] is None and body["reject"] is None
+
+
+def test_r2_node_taken_at_create_takes_the_queue_path(dsn, med, clock, tmp_path):
+    """R2: ErrNodeTaken (a lease conflict in CreateRun) is treated like ALL_BUSY → 202 QUEUED.
+
+    The interleaving is forced: between this submit's fleet read and its insert, another
+    Mediator process (its own connection) takes the node.
+    """
+    advert(med, "X")
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        med._after_fleet_read = lambda run_id: other.submit(contract("thief"))
+        sub = med.submit(contract("victim"))
+    finally:
+        other.close()
+    assert (sub.status, sub.run.state) == (202, "QUEUED")
+    with med.store.tx() as tx:
+        assert tx.busy_nodes() == {"X"}
+        assert [r["node_id"] for r in tx.run_leases("thief")] == ["X"]
+        assert tx.run_leases("victim") == []  # I5: the rolled-back CreateRun left nothing
+
+
+def test_r3_resubmitting_a_queued_run_is_200_with_the_stored_run(med):
+    """R3, NFR-I7: GetRun heads submit; 202 happens once, when the row comes to exist."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    first = med.submit(contract("b"))
+    again = med.submit(contract("b", dut={"board": "changed"}))  # not even re-validated
+    assert (first.status, again.status) == (202, 200)
+    assert again.run.state == "QUEUED" and again.run.run_id == "b"
+    assert count(med, "runs") == 2
+
+
+def test_r3_resubmitting_is_200_whatever_the_state(med):
+    advert(med, "X")
+    assert med.submit(contract("a")).status == 201
+    assert med.submit(contract("a")).status == 200
+    assert med.submit(contract("r", dut={"board": "none"})).status == 422
+    assert med.submit(contract("r", dut={"board": "none"})).status == 200
+
+
+def test_r3_the_same_run_submitted_twice_at_once_is_one_row_and_one_200(dsn, clock, tmp_path):
+    """R3: an insert that hits the run_id primary key re-reads and answers 200."""
+    meds = [Mediator.connect(dsn, clock=clock, records_root=str(tmp_path)) for _ in range(4)]
+    try:
+        advert(meds[0], "X")
+        advert(meds[0], "Y", board="y")
+        meds[0].submit(contract("blocker"))  # X busy: the duplicates go the queue path
+        barrier = threading.Barrier(len(meds))
+        statuses = []
+
+        def go(m):
+            barrier.wait(timeout=10)
+            statuses.append(m.submit(contract("dup")).status)
+
+        threads = [threading.Thread(target=go, args=(m,)) for m in meds]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(statuses) == [200, 200, 200, 202]
+        assert count(meds[0], "runs WHERE run_id = 'dup'") == 1
+        assert count(meds[0], "steps WHERE run_id = 'dup'") == 1
+    finally:
+        for m in meds:
+            m.close()
+
+
+def test_r4_r5_a_queued_run_holds_nothing_and_has_its_steps(med):
+    """R4/I3: no lease, every step PENDING with node_id '', no ask, no chosen. R5: steps exist."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    doc = contract("b", steps=2)
+    doc["steps"].append({"name": "ok?", "kind": "ask", "ask": "Is the probe on?"})
+    run = med.submit(doc).run
+    assert run.state == "QUEUED"
+    assert [(s.state, s.node_id, s.chosen) for s in run.steps] == [("PENDING", "", None)] * 3
+    with med.store.tx() as tx:
+        assert tx.run_leases("b") == []
+    assert med.asks() == []  # raiseAsks deferred to promotion (R4)
+
+
+def test_r5_malformed_contract_is_contract_error_naming_the_field_and_writes_nothing(med):
+    """R5: structure is checked synchronously at submit; nothing is written."""
+    advert(med, "X")
+    bad = contract("bad")
+    bad["steps"][0]["after"] = ["nope"]
+    with pytest.raises(ContractError) as e:
+        med.submit(bad)
+    assert e.value.field == "steps[0].after"
+    with pytest.raises(ContractError) as e:
+        med.submit({"run_id": "../etc", "roles": {}, "steps": []})
+    assert e.value.field == "run_id"
+    assert count(med, "runs") == 0 and count(med, "events") == 0
+
+
+def test_dry_run_creates_nothing_and_ignores_drain(med):
+    """NFR-I6: a dry run matches with unavailable = busy only, so draining does not change it."""
+    med.advert("X", {"board": "x"}, "i1")
+    before = med.submit(contract("d"), dry_run=True)
+    med.advert("X", {"board": "x"}, "i1", drain="graceful")
+    after = med.submit(contract("d"), dry_run=True)
+    assert before.status == after.status == 200
+    assert before.body() == after.body() == {"dry_run": True, "assigned": {"dut": "X"}, "width": 1}
+    assert count(med, "runs") == 0
+    assert med.submit(contract("z", dut={"board": "q"}), dry_run=True).body()["reject"]["code"] == (
+        "NO_CANDIDATE"
+    )
+
+
+def test_generated_run_ids_are_time_ordered_from_the_mediators_clock(med, clock):
+    advert(med, "X")
+    doc = contract()
+    first = med.submit(doc).run.run_id
+    clock.advance(1)
+    second = med.submit(doc).run.run_id
+    assert first.startswith("20310301T120000") and first < second
+
+
+def test_unknown_run_is_not_found_plainly(med):
+    with pytest.raises(NotFound) as e:
+        med.get_run("nope")
+    assert e.value.code == "unknown_run" and "nope" in e.value.message
+
+
+def test_rejected_run_record_is_opened_and_sealed(med):
+    """seed 000 §1: 422 → FAILED; its record is opened and sealed at once (mediator.md §7.1)."""
+    sub = med.submit(contract("r", dut={"board": "none"}))
+    assert sub.status == 422
+    check = med.records.verify("r")
+    assert check.ok and check.sealed
+    assert med.get_run("r").steps[0].state == "SKIPPED"

@@ -1,0 +1,428 @@
+"""WakeQueued and promote (mediator.md §7.2; seed 000 R6–R13, R16, R17; I1, I3, I5, I7).
+
+Each test builds its queue through the real flows. Where a queue must exist beside free nodes
+without a wake having run (so the sweep under test is the one that moves it), nodes are made
+available by a direct SQL update that no flow performs — clearing a drain flag without an advert.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mediator import Config, ConfigError, Mediator
+from tests.db.conftest import advert, contract
+
+
+def sql(med, statement, *params):
+    with med.store.tx() as tx:
+        cur = tx.conn.execute(statement, params)
+        return cur.fetchall() if cur.description else None
+
+
+def undrain_quietly(med, *nodes):
+    """Make nodes available without an advert, so no wake runs (the sweep under test will)."""
+    sql(med, "UPDATE nodes SET drain = '' WHERE node_id = ANY(%s)", list(nodes))
+
+
+def finish(med, run_id, node_id, outcome="pass"):
+    step = next(s for s in med.work(node_id) if s.run_id == run_id)
+    claimed = med.claim(run_id, step.seq, node_id)
+    return med.report(run_id, step.seq, node_id, claimed.attempt, outcome)
+
+
+def states(med, *run_ids):
+    return [med.get_run(r).state for r in run_ids]
+
+
+# ---- seed 000 §6.1, internal/store/queue_test.go ------------------------------------------------
+
+
+def test_wake_on_an_empty_queue_does_nothing(med):
+    """seed 000 §6.1: WakeQueued on an empty queue does nothing (and costs one query, R13)."""
+    advert(med, "X")
+    report = med.wake_queued()
+    assert report.promoted == [] and report.classes == 0
+
+
+def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med):
+    """seed 000 §6.1: lease, steps.node_id and assigned are all set by one promotion (R12)."""
+    advert(med, "X", drain="graceful")
+    assert med.submit(contract("q", steps=2)).status == 202
+    undrain_quietly(med, "X")
+    assert med.wake_queued().promoted == ["q"]
+    run = med.get_run("q")
+    assert run.state == "RUNNING" and run.assigned == {"dut": "X"}
+    assert [s.node_id for s in run.steps] == ["X", "X"]
+    assert all(s.chosen["node"] == "X" for s in run.steps)
+    with med.store.tx() as tx:
+        assert tx.run_leases("q")[0]["node_id"] == "X"
+
+
+def test_wake_keeps_arrival_order_between_runs_competing_for_one_node(med, clock):
+    """seed 000 §6.1 / I7: of two runs wanting the same node, the earlier goes first."""
+    advert(med, "X", drain="graceful")
+    med.submit(contract("z-first"))
+    clock.advance(1)
+    med.submit(contract("a-second"))  # later, although its run_id sorts first
+    undrain_quietly(med, "X")
+    assert med.wake_queued().promoted == ["z-first"]
+    assert states(med, "z-first", "a-second") == ["RUNNING", "QUEUED"]
+
+
+def test_wake_sends_a_later_run_when_the_head_cannot_go(med, clock):
+    """R6 / seed 000 §6.1: the head waits for a busy board; a later run wanting something else
+    goes. Never stop at the head."""
+    advert(med, "B", board="rare")
+    advert(med, "S", drain="graceful", scope=True)
+    med.submit(contract("holder", dut={"board": "rare"}))
+    clock.advance(1)
+    med.submit(contract("head", dut={"board": "rare"}))
+    clock.advance(1)
+    med.submit(contract("later", bench={"scope": True}))
+    undrain_quietly(med, "S")
+    assert med.wake_queued().promoted == ["later"]
+    assert states(med, "head", "later") == ["QUEUED", "RUNNING"]
+
+
+def test_wake_twice_is_the_same_as_once(med):
+    """R9 / seed 000 §6.1: reentrant — a second sweep finds nothing more to do."""
+    for n in ("X", "Y"):
+        advert(med, n, drain="graceful")
+    for r in ("a", "b", "c"):
+        med.submit(contract(r))
+    undrain_quietly(med, "X", "Y")
+    assert med.wake_queued().promoted == ["a", "b"]
+    assert med.wake_queued().promoted == []
+    assert states(med, "a", "b", "c") == ["RUNNING", "RUNNING", "QUEUED"]
+
+
+def test_wake_never_sends_to_a_draining_node(med):
+    """seed 000 §6.1 / FR-11: a draining node is unavailable to the sweep."""
+    advert(med, "X", drain="graceful")
+    med.submit(contract("q"))
+    assert med.wake_queued().promoted == []
+    assert med.get_run("q").state == "QUEUED"
+
+
+def test_wake_with_lease_ttl_0_errors_before_anything(dsn, clock, tmp_path):
+    """R11 / seed 000 §6.1 'WakeQueued errors with LeaseTTL 0': no silent endless leases."""
+    cfg = Config.unchecked(lease_ttl_seconds=0)
+    med = Mediator.connect(dsn, cfg, clock, records_root=str(tmp_path), startup_wake=False)
+    try:
+        advert(med, "X", drain="graceful")
+        med.submit(contract("q"))
+        undrain_quietly(med, "X")
+        with pytest.raises(ConfigError) as e:
+            med.wake_queued()
+        assert e.value.field == "lease_ttl_seconds"
+        assert med.get_run("q").state == "QUEUED"
+    finally:
+        med.close()
+
+
+def test_config_refuses_a_lease_ttl_of_0_for_users():
+    with pytest.raises(ConfigError) as e:
+        Config(lease_ttl_seconds=0)
+    assert e.value.field == "lease_ttl_seconds"
+
+
+def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
+    """R10 / seed 000 §6.1: width over the cap at promotion is not permanent — it depends on
+    which nodes are free — so the run stays QUEUED, and goes once folding makes it narrow."""
+    med = Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path))
+    try:
+        # N1 serves both roles; N2 only r1; N3 only r2. Folding onto N1 gives width 1.
+        med.advert("N1", {"a": True, "b": True}, "i")
+        med.advert("N2", {"a": True}, "i")
+        med.advert("N3", {"b": True}, "i")
+        wide = {"r1": {"a": True}, "r2": {"b": True}}
+        assert med.submit(contract("h1", r1={"a": True}, r2={"b": True})).status == 201  # on N1
+        assert med.submit(contract("h2", r1={"a": True})).status == 201  # on N2
+        q = med.submit(contract("q", **wide))
+        assert (q.status, q.run.state) == (202, "QUEUED")  # r1: N1, N2 both busy → ALL_BUSY
+        finish(med, "h2", "N2")  # N2 frees: r1 → N2, r2 → N3: width 2 > 1 → TOO_WIDE
+        assert med.get_run("q").state == "QUEUED"
+        assert "q" in med.wake_queued().too_wide
+        for seq_node in ("N1", "N1"):
+            finish(med, "h1", seq_node)  # N1 frees: both roles fold onto N1, width 1
+        run = med.get_run("q")
+        assert run.state == "RUNNING" and run.assigned == {"r1": "N1", "r2": "N1"}
+    finally:
+        med.close()
+
+
+def test_create_queued_run_makes_no_lease_and_inserts_every_step_pending_unassigned(med):
+    """seed 000 §6.1 / R4 / I3: CreateQueuedRun holds nothing and has every step from submit."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    run = med.submit(contract("q", steps=3)).run
+    assert [(s.state, s.node_id) for s in run.steps] == [("PENDING", "")] * 3
+    assert sql(med, "SELECT count(*) FROM leases WHERE run_id = 'q'") == [(0,)]
+    assert sql(med, "SELECT count(*) FROM asks WHERE run_id = 'q'") == [(0,)]
+
+
+def test_cancel_after_create_queued_run_fails_it_and_seals(med):
+    """seed 000 §6.1: cancel while QUEUED → FAILED/cancelled, and the record reaches its seal."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    med.submit(contract("q"))
+    run = med.cancel("q")
+    assert (run.state, run.verdict) == ("FAILED", "cancelled")
+    assert [s.state for s in run.steps] == ["SKIPPED"]
+    assert med.records.verify("q").ok
+
+
+# ---- wake points that live in this issue -----------------------------------------------------
+
+
+def test_r13_a_result_promotes_a_waiting_run_synchronously(med):
+    """R13 / seed 000 §6.1 'postResult 뒤에 대기 Run 이 RUNNING': no sleep, no retry."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    med.submit(contract("b"))
+    finish(med, "a", "X")
+    assert med.get_run("b").state == "RUNNING"
+
+
+def test_a_cancel_promotes_a_waiting_run(med):
+    """seed 000 §6.1 'postCancel 뒤에 대기 Run 이 RUNNING' (wake 2)."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    med.submit(contract("b"))
+    med.cancel("a")
+    assert med.get_run("b").state == "RUNNING"
+
+
+def test_startup_wakes_the_queue_once(dsn, clock, tmp_path):
+    """seed 000 §6.1 cmd/mediator: the startup path calls WakeQueued once (wake 5)."""
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    advert(med, "X", drain="graceful")
+    med.submit(contract("q"))
+    undrain_quietly(med, "X")
+    med.close()
+    calls = []
+    original = Mediator.wake_queued
+
+    def counting(self):
+        calls.append(1)
+        return original(self)
+
+    Mediator.wake_queued = counting
+    try:
+        med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    finally:
+        Mediator.wake_queued = original
+    try:
+        assert len(calls) == 1
+        assert med.get_run("q").state == "RUNNING"
+    finally:
+        med.close()
+
+
+def test_r16_a_failing_wake_changes_neither_status_nor_body(med, monkeypatch, caplog):
+    """R16: the sweep fails; submit and the result still answer as if it had not run."""
+    advert(med, "X")
+    med.submit(contract("a"))
+
+    def broken():
+        raise RuntimeError("sweep exploded")
+
+    monkeypatch.setattr(med, "wake_queued", broken)
+    sub = med.submit(contract("b"))  # R17's guard wake fails here
+    assert (sub.status, sub.run.state) == (202, "QUEUED")
+    result = finish(med, "a", "X")  # wake 1 fails here
+    assert result.settled == "PASSED"
+    assert med.get_run("b").state == "QUEUED"
+    assert "sweep" in caplog.text or "failed" in caplog.text
+
+
+def test_r16_a_failing_startup_wake_does_not_stop_startup(dsn, clock, tmp_path, monkeypatch):
+    def broken(self):
+        raise RuntimeError("no promotions today")
+
+    monkeypatch.setattr(Mediator, "wake_queued", broken)
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    try:
+        advert(med, "X")
+        assert med.submit(contract("a")).status == 201  # submit and reads still work
+    finally:
+        med.close()
+
+
+# ---- R17: the missed-wake race, as a deterministic interleaving ---------------------------------
+
+
+def _missed_wake(dsn, clock, tmp_path, guard):
+    """a holds X. b's submit reads the fleet (X busy → ALL_BUSY); exactly then, on another
+    connection, a's result commits, releases X and sweeps an empty queue; then b is inserted."""
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "m"))
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "m"))
+    try:
+        advert(med, "X")
+        med.submit(contract("a"))
+        [step] = med.work("X")
+        claimed = med.claim("a", step.seq, "X")
+        released = []
+
+        def release_in_between(run_id):
+            if run_id == "b":
+                released.append(other.report("a", step.seq, "X", claimed.attempt, "pass"))
+
+        med._after_fleet_read = release_in_between
+        med._missed_wake_guard = guard
+        sub = med.submit(contract("b"))
+        assert released and released[0].released == ("X",)  # the release did commit in between
+        return sub, med.get_run("b").state, med.list_nodes()
+    finally:
+        med.close()
+        other.close()
+
+
+def test_r17_missed_wake_guard_promotes_a_run_queued_beside_a_released_node(dsn, clock, tmp_path):
+    """R17 (ours): after committing a QUEUED run, submit sweeps once more."""
+    sub, state_after, _ = _missed_wake(dsn, clock, tmp_path, guard=True)
+    assert (sub.status, sub.run.state) == (202, "QUEUED")  # the 202 shows the run as committed
+    assert state_after == "RUNNING"  # what the guard did shows on the next read
+
+
+def test_r17_without_the_guard_the_run_waits_beside_a_free_node(dsn, clock, tmp_path):
+    """The same interleaving with the guard off: proof that the race is real, so the test above
+    can fail."""
+    sub, state_after, fleet = _missed_wake(dsn, clock, tmp_path, guard=False)
+    assert sub.status == 202 and state_after == "QUEUED"
+    [x] = fleet.nodes
+    assert x.lease is None  # X is free and live, and b waits anyway
+
+
+# ---- R8/R9 under real concurrency -------------------------------------------------------------
+
+
+def test_r8_r9_concurrent_sweeps_never_double_lease_and_keep_fifo(dsn, clock, tmp_path):
+    """R8, R9, I1, I5, I7: six Mediators (own connections) sweep at once, repeatedly. No node
+    is leased twice, every RUNNING run holds exactly its leases, and the promoted runs are the
+    head of the queue in FIFO order."""
+    n_nodes, n_runs, n_sweepers = 5, 40, 6
+    meds = [
+        Mediator.connect(dsn, clock=clock, records_root=str(tmp_path), startup_wake=False)
+        for _ in range(n_sweepers)
+    ]
+    try:
+        m0 = meds[0]
+        nodes = [f"n{i}" for i in range(n_nodes)]
+        for n in nodes:
+            advert(m0, n, drain="graceful")
+        for i in range(n_runs):
+            clock.advance(0.001)
+            assert m0.submit(contract(f"r{i:03d}")).status == 202
+        fifo = [f"r{i:03d}" for i in range(n_runs)]
+        for rnd in range(3):
+            undrain_quietly(m0, *nodes)
+            barrier = threading.Barrier(n_sweepers)
+            errors = []
+
+            def sweep(m, barrier=barrier, errors=errors):
+                try:
+                    barrier.wait(timeout=10)
+                    m.wake_queued()
+                except Exception as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=sweep, args=(m,)) for m in meds]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            assert errors == []
+            running = [
+                r
+                for (r,) in sql(m0, "SELECT run_id FROM runs WHERE state='RUNNING' ORDER BY run_id")
+            ]
+            assert running == fifo[rnd * n_nodes : (rnd + 1) * n_nodes]  # I7: the head, in order
+            leases = sql(m0, "SELECT node_id, run_id FROM leases ORDER BY node_id")
+            assert sorted(n for n, _ in leases) == nodes  # I1: each node once
+            assert sorted(r for _, r in leases) == running  # I5: one lease per 1-role run
+            # Free the nodes again without waking: end the runs by SQL, drain the nodes.
+            sql(m0, "UPDATE nodes SET drain = 'graceful'")
+            sql(m0, "DELETE FROM leases")
+            sql(m0, "UPDATE runs SET state = 'PASSED', verdict = 'pass' WHERE state = 'RUNNING'")
+    finally:
+        for m in meds:
+            m.close()
+
+
+def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path):
+    """I5: a two-node promotion that loses one node to another process rolls back whole."""
+    advert(med, "N1", board="x")
+    advert(med, "N2", scope=True, drain="graceful")
+    med.submit(contract("w", dut={"board": "x"}, bench={"scope": True}))  # N2 draining → queued
+    assert med.get_run("w").state == "QUEUED"
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        undrain_quietly(med, "N2")
+        # Another process takes N2 through its own submit just before our promotion's insert.
+        original = med.promote
+
+        def promote_after_theft(run_id, res, needs, by_id):
+            other.submit(contract("thief", bench={"scope": True}))
+            return original(run_id, res, needs, by_id)
+
+        med.promote = promote_after_theft
+        report = med.wake_queued()
+    finally:
+        other.close()
+    assert report.promoted == []
+    assert med.get_run("w").state == "QUEUED"
+    assert sql(med, "SELECT node_id FROM leases WHERE run_id = 'w'") == []  # not even N1
+    assert [s.node_id for s in med.get_run("w").steps] == ["", ""]
+
+
+def test_i3_queued_runs_never_hold_anything_after_a_busy_day(med, clock):
+    """I3, checked by SQL after a mixed sequence of submits, results, cancels and sweeps."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    for i in range(6):
+        med.submit(contract(f"x{i}"))
+        med.submit(contract(f"y{i}", dut={"board": "y"}))
+        clock.advance(1)
+    finish(med, "x0", "X")
+    med.cancel("y0")
+    med.cancel("x3")
+    holders = sql(
+        med,
+        """SELECT r.run_id FROM runs r WHERE r.state = 'QUEUED' AND (
+             EXISTS (SELECT 1 FROM leases l WHERE l.run_id = r.run_id)
+          OR EXISTS (SELECT 1 FROM asks a WHERE a.run_id = r.run_id)
+          OR EXISTS (SELECT 1 FROM steps s WHERE s.run_id = r.run_id
+                     AND (s.state <> 'PENDING' OR s.node_id <> '' OR s.chosen IS NOT NULL)))""",
+    )
+    assert holders == []
+    # x0, y0 ran; x1, y1 promoted by the result and the cancel; x3 cancelled: 7 wait.
+    assert len(sql(med, "SELECT 1 FROM runs WHERE state = 'QUEUED'")) == 7
+
+
+def test_r12_asks_are_raised_at_promotion_and_pushed_after_commit(dsn, med, clock, tmp_path):
+    """R12: steps.node_id → runAcquires → raiseAsks → commit → PushAsks. The pushed ask is
+    already visible to another connection (it was committed first)."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    doc = contract("q")
+    doc["steps"].insert(0, {"name": "ready?", "kind": "ask", "ask": "Board plugged in?"})
+    med.submit(doc)
+    assert med.asks() == []  # R4: not while QUEUED
+    observer = Mediator.connect(
+        dsn, clock=clock, records_root=str(tmp_path / "o"), startup_wake=False
+    )
+    pushed = []
+    try:
+        med._push_asks = lambda asks: pushed.append(
+            [(a.run_id, [x.run_id for x in observer.asks()]) for a in asks]
+        )
+        finish(med, "a", "X")
+    finally:
+        observer.close()
+    assert pushed == [[("q", ["q"])]]
+    run = med.get_run("q")
+    assert [s.state for s in run.steps] == ["ASKED", "PENDING"]
+    assert run.steps[1].chosen["node"] == "X"
