@@ -1,0 +1,31 @@
+"""The named-query loader (style.md: procrastinate's queries.sql pattern)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mediator.store.queries import QUERIES, parse
+
+
+def test_blocks_are_split_by_name_and_comments_dropped():
+    text = "-- preamble\n-- first --\n-- why\nSELECT 1\n\n-- second --\nSELECT 2 -- inline kept\n"
+    assert parse(text) == {"first": "SELECT 1", "second": "SELECT 2 -- inline kept"}
+
+
+def test_a_name_defined_twice_is_an_error():
+    with pytest.raises(ValueError, match="twice"):
+        parse("-- a --\nSELECT 1\n-- a --\nSELECT 2\n")
+
+
+def test_an_empty_block_is_an_error():
+    with pytest.raises(ValueError, match="no SQL"):
+        parse("-- a --\n-- only a comment\n-- b --\nSELECT 1\n")
+
+
+def test_every_shipped_query_reads_time_through_mediator_now():
+    """mediator.md §4: no statement reads the wall clock (the time-leak rule)."""
+    assert "upsert_advert" in QUERIES and "queued_classes" in QUERIES
+    for name, sql in QUERIES.items():
+        lowered = sql.lower().replace("mediator_now()", "")
+        for clock in ("now()", "current_timestamp", "clock_timestamp", "statement_timestamp"):
+            assert clock not in lowered, f"{name} reads the wall clock"
