@@ -36,7 +36,7 @@ def states(med, *run_ids):
     return [med.get_run(r).state for r in run_ids]
 
 
-# ---- seed 000 §6.1, internal/store/queue_test.go ------------------------------------------------
+# ---- seed 000 §6.1, internal/store/queue_test.go ----
 
 
 def test_wake_on_an_empty_queue_does_nothing(med):
@@ -174,7 +174,7 @@ def test_cancel_after_create_queued_run_fails_it_and_seals(med):
     assert med.records.verify("q").ok
 
 
-# ---- wake points that live in this issue -----------------------------------------------------
+# ---- wake points that live in this issue ----
 
 
 def test_r13_a_result_promotes_a_waiting_run_synchronously(med):
@@ -251,7 +251,7 @@ def test_r16_a_failing_startup_wake_does_not_stop_startup(dsn, clock, tmp_path, 
         med.close()
 
 
-# ---- R17: the missed-wake race, as a deterministic interleaving ---------------------------------
+# ---- R17: the missed-wake race, as a deterministic interleaving ----
 
 
 def _missed_wake(dsn, clock, tmp_path, guard):
@@ -296,7 +296,7 @@ def test_r17_without_the_guard_the_run_waits_beside_a_free_node(dsn, clock, tmp_
     assert x.lease is None  # X is free and live, and b waits anyway
 
 
-# ---- R8/R9 under real concurrency -------------------------------------------------------------
+# ---- R8/R9 under real concurrency ----
 
 
 def test_r8_r9_concurrent_sweeps_never_double_lease_and_keep_fifo(dsn, clock, tmp_path):

@@ -1,0 +1,496 @@
+"""The run lifecycle on the real database (mediator.md §7.3–7.7; seed 000 R13–R16, §5; I2, I4, I6).
+
+Wake points are observed by counting calls of ``wake_queued`` on the Mediator under test.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import timedelta
+
+import pytest
+
+from mediator import Config, Conflict, Forbidden, Mediator
+from tests.db.conftest import EPOCH, advert, contract
+
+
+@pytest.fixture
+def wakes(med, monkeypatch):
+    calls = []
+    original = med.wake_queued
+
+    def counting():
+        calls.append(1)
+        return original()
+
+    monkeypatch.setattr(med, "wake_queued", counting)
+    return calls
+
+
+def sql(med, statement, *params):
+    with med.store.tx() as tx:
+        cur = tx.conn.execute(statement, params)
+        return cur.fetchall() if cur.description else None
+
+
+def chain(run_id, *names, role="dut", needs=None):
+    """A run whose steps run one after another on one role."""
+    steps, prev = [], None
+    for n in names:
+        steps.append({"name": n, "role": role, **({"after": [prev]} if prev else {})})
+        prev = n
+    return {"run_id": run_id, "roles": {role: needs or {"board": "x"}}, "steps": steps}
+
+
+def claim_next(med, node, run_id=None):
+    step = next(s for s in med.work(node) if run_id is None or s.run_id == run_id)
+    return med.claim(step.run_id, step.seq, node)
+
+
+# ---- steps: work, claim, report ----
+
+
+def test_work_lists_only_pending_steps_of_this_node_whose_after_passed(med):
+    advert(med, "X")
+    med.submit(chain("a", "build", "flash", "test"))
+    assert [s.name for s in med.work("X")] == ["build"]
+    assert med.work("Y") == []
+    s = claim_next(med, "X")
+    assert med.work("X") == []  # CLAIMED is not claimable
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    assert [s.name for s in med.work("X")] == ["flash"]
+
+
+def test_claim_refusals_each_have_their_own_code(med):
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    med.submit(chain("a", "one", "two"))
+    with pytest.raises(Forbidden) as e:
+        med.claim("a", 0, "Y")
+    assert e.value.code == "not_your_step"
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 1, "X")  # `after` not passed yet
+    assert e.value.code == "not_claimable"
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 0, "X", instance="old-daemon")
+    assert e.value.code == "stale_instance"
+    med.claim("a", 0, "X")
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 0, "X")
+    assert e.value.code == "already_claimed"
+
+
+def test_claim_carries_attempt_instance_and_started_at(med, clock):
+    med.advert("X", {"board": "x"}, "inst-1")
+    med.submit(chain("a", "one"))
+    clock.advance(5)
+    s = med.claim("a", 0, "X")
+    assert (s.state, s.attempt, s.instance, s.started_at) == ("CLAIMED", 1, "inst-1", clock.now)
+
+
+def test_result_refusals_stale_attempt_stale_instance_other_node(med):
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    med.submit(chain("a", "one"))
+    s = med.claim("a", 0, "X")
+    with pytest.raises(Conflict) as e:
+        med.report("a", 0, "X", s.attempt + 1, "pass")
+    assert e.value.code == "stale_attempt"
+    with pytest.raises(Conflict) as e:
+        med.report("a", 0, "X", s.attempt, "pass", instance="someone-else")
+    assert e.value.code == "stale_instance"
+    with pytest.raises(Forbidden):
+        med.report("a", 0, "Y", s.attempt, "pass")
+    assert med.report("a", 0, "X", s.attempt, "pass").settled == "PASSED"
+
+
+def test_a_failed_step_skips_every_step_that_depends_on_it(med):
+    advert(med, "X")
+    doc = chain("a", "build", "flash", "test")
+    doc["steps"].append({"name": "lint", "role": "dut"})  # independent: still runs
+    med.submit(doc)
+    s = claim_next(med, "X")
+    assert med.report("a", s.seq, "X", s.attempt, "fail", log="boom").settled == ""
+    assert [st.state for st in med.get_run("a").steps] == [
+        "FAILED",
+        "SKIPPED",
+        "SKIPPED",
+        "PENDING",
+    ]
+    s = claim_next(med, "X")
+    assert med.report("a", s.seq, "X", s.attempt, "pass").settled == "FAILED"
+    assert med.get_run("a").verdict == "fail"
+
+
+def test_r15_retry_rolls_back_without_release_or_wake(med, wakes):
+    """R15: a retry is a rollback — back to PENDING, attempt kept, lease kept, no wake."""
+    advert(med, "X")
+    med.submit(chain("a", "flaky"))
+    med.submit(chain("b", "next"))
+    s = med.claim("a", 0, "X")
+    wakes.clear()
+    r = med.report("a", 0, "X", s.attempt, "retry", log="try again\n")
+    assert (r.rolled, r.released) == (True, ())
+    assert wakes == []
+    step = med.get_run("a").steps[0]
+    assert (step.state, step.attempt) == ("PENDING", 1)
+    assert [n.lease.run_id for n in med.list_nodes().nodes] == ["a"]
+    assert med.get_run("b").state == "QUEUED"
+
+
+def test_the_max_attempts_th_retry_fails_the_step_and_wakes(dsn, clock, tmp_path):
+    med = Mediator.connect(dsn, Config(max_attempts=2), clock, records_root=str(tmp_path))
+    try:
+        advert(med, "X")
+        med.submit(chain("a", "flaky"))
+        med.submit(chain("b", "next"))
+        for attempt in (1, 2):
+            s = med.claim("a", 0, "X")
+            assert s.attempt == attempt
+            r = med.report("a", 0, "X", attempt, "retry")
+        assert (r.rolled, r.settled) == (False, "FAILED")
+        assert med.get_run("b").state == "RUNNING"  # wake 1
+    finally:
+        med.close()
+
+
+def test_partial_release_frees_a_node_before_the_run_ends_and_wakes(med, wakes):
+    """applyRelease + R15: SettleIfDone returns "" (still running), the node whose steps are all
+    terminal is released at once, and the result's wake promotes a run waiting for it."""
+    advert(med, "N1", board="x")
+    advert(med, "N2", scope=True)
+    med.submit(contract("wide", dut={"board": "x"}, bench={"scope": True}))
+    med.submit(contract("waits", dut={"board": "x"}))
+    s = claim_next(med, "N1")
+    wakes.clear()
+    r = med.report("wide", s.seq, "N1", s.attempt, "pass")
+    assert (r.settled, r.released) == ("", ("N1",))
+    assert wakes == [1]
+    assert med.get_run("wide").state == "RUNNING"
+    assert med.get_run("waits").state == "RUNNING"
+
+
+def test_settle_if_done_releases_everything_and_seals(med):
+    advert(med, "X")
+    med.submit(chain("a", "one", "two"))
+    for _ in range(2):
+        s = claim_next(med, "X")
+        r = med.report("a", s.seq, "X", s.attempt, "pass", log=f"log of {s.name}\n")
+    assert r.settled == "PASSED"
+    assert sql(med, "SELECT count(*) FROM leases") == [(0,)]
+    record = med.records.dir("a")
+    assert sorted(p.name for p in record.rglob("*") if p.is_file()) == [
+        "0000-one.log", "0001-two.log", "contract.json", "events.jsonl", "seal.json",
+    ]  # fmt: skip
+    assert (record / "steps" / "0001-two.log").read_text() == "log of two\n"
+
+
+# ---- cancel (wake 2) ----
+
+
+def test_cancel_keeps_the_lease_of_a_node_still_running_a_claimed_step(med):
+    """I2's exception (ours): X is mid-step, so it keeps its lease until its result, which is
+    answered run_ended and then frees X and promotes the next run."""
+    advert(med, "X")
+    advert(med, "Y", scope=True)
+    med.submit(contract("a", dut={"board": "x"}, bench={"scope": True}))
+    med.submit(contract("next", dut={"board": "x"}))
+    s = claim_next(med, "X")
+    run = med.cancel("a")
+    assert (run.state, run.verdict) == ("FAILED", "cancelled")
+    assert [st.state for st in run.steps] == ["CLAIMED", "SKIPPED"]
+    assert {n.node_id: n.lease and n.lease.run_id for n in med.list_nodes().nodes} == {
+        "X": "a",
+        "Y": None,
+    }
+    assert med.get_run("next").state == "QUEUED"  # X is still busy
+    with pytest.raises(Conflict) as e:
+        med.report("a", s.seq, "X", s.attempt, "pass")
+    assert e.value.code == "run_ended"
+    assert med.get_run("next").state == "RUNNING"
+    assert med.records.verify("a").ok  # sealed at cancel; the late result did not touch it
+
+
+def test_cancel_of_a_terminal_run_is_a_no_op_and_strangers_are_refused(med):
+    advert(med, "X")
+    med.submit(contract("a"), principal="alice")
+    with pytest.raises(Forbidden):
+        med.cancel("a", principal="mallory")
+    assert med.cancel("a", principal="alice").verdict == "cancelled"
+    events = sql(med, "SELECT count(*) FROM events WHERE run_id = 'a'")
+    assert med.cancel("a", principal="admin-bob", admin=True).verdict == "cancelled"
+    assert sql(med, "SELECT count(*) FROM events WHERE run_id = 'a'") == events
+
+
+# ---- reaper (wake 3), renewal, restart detection (wake 4) ----
+
+
+def test_reaper_fails_runs_whose_lease_expired_and_wakes(med, clock, wakes):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    claim_next(med, "X")
+    clock.advance(61)  # past lease_ttl (60 s); X sent no advert
+    wakes.clear()
+    report = med.reap()
+    assert (report.lost, report.released, wakes) == (["a"], ["X"], [1])
+    run = med.get_run("a")
+    assert (run.state, run.verdict, run.steps[0].state) == ("FAILED", "lost", "SKIPPED")
+    assert med.records.verify("a").ok
+
+
+def test_r14_a_reap_that_releases_nothing_does_not_wake(med, clock, wakes):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    clock.advance(30)
+    advert(med, "X")  # renews the lease: not_after = now + 60
+    clock.advance(45)
+    wakes.clear()
+    assert med.reap().released == []
+    assert wakes == []
+    assert med.get_run("a").state == "RUNNING"
+
+
+def test_r14_a_steady_heartbeat_never_sweeps(med, clock, wakes):
+    advert(med, "X")
+    wakes.clear()
+    for _ in range(5):
+        clock.advance(10)
+        advert(med, "X")
+    assert wakes == []
+
+
+def test_restart_after_a_step_ran_loses_the_run_and_wakes(med, wakes):
+    """Restart detection: a step CLAIMED under the old instance → FAILED/lost, wake 4; claims and
+    results from the old instance → 409."""
+    med.advert("X", {"board": "x"}, "old")
+    med.submit(chain("a", "one", "two"))
+    med.submit(chain("b", "one"))
+    s = med.claim("a", 0, "X")
+    wakes.clear()
+    med.advert("X", {"board": "x"}, "new")
+    assert med.get_run("a").verdict == "lost"
+    assert wakes == [1]
+    assert med.get_run("b").state == "RUNNING"
+    with pytest.raises(Conflict):
+        med.report("a", 0, "X", s.attempt, "pass", instance="old")
+
+
+def test_restart_before_anything_ran_rebinds_the_lease(med):
+    """Ours: a run promoted onto a node whose daemon just restarted has lost nothing."""
+    med.advert("X", {"board": "x"}, "old")
+    med.submit(chain("a", "one"))
+    med.advert("X", {"board": "x"}, "new")
+    run = med.get_run("a")
+    assert run.state == "RUNNING"
+    assert run.steps[0].chosen["instance"] == "new"
+    assert sql(med, "SELECT instance FROM leases") == [("new",)]
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 0, "X", instance="old")
+    assert e.value.code == "stale_instance"
+    assert med.claim("a", 0, "X", instance="new").state == "CLAIMED"
+
+
+def test_adverts_renew_the_lease(med, clock):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    clock.advance(50)
+    advert(med, "X")
+    [(not_after,)] = sql(med, "SELECT not_after FROM leases")
+    assert not_after == clock.now + timedelta(seconds=60)
+
+
+# ---- drain (wakes 4 and 6) and the vanished node (wake 7) ----
+
+
+def test_graceful_drain_lets_the_run_finish_and_undrain_wakes(med, wakes):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    advert(med, "X", drain="graceful")
+    med.submit(chain("b", "one"))
+    s = claim_next(med, "X")
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    assert med.get_run("b").state == "QUEUED"  # X is draining: no new runs
+    wakes.clear()
+    advert(med, "X", drain="")  # wake 6: drain released
+    assert wakes == [1]
+    assert med.get_run("b").state == "RUNNING"
+
+
+def test_at_boundary_drain_refuses_claims_and_ends_the_run_at_the_step_boundary(med, wakes):
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    med.submit(chain("a", "one", "two"))
+    s = claim_next(med, "X")
+    advert(med, "X", drain="at-boundary")  # a step is CLAIMED: the run goes on for now
+    assert med.get_run("a").state == "RUNNING"
+    wakes.clear()
+    r = med.report("a", s.seq, "X", s.attempt, "pass")  # the boundary: remaining steps skipped
+    assert r.settled == "FAILED"
+    run = med.get_run("a")
+    assert (run.verdict, [st.state for st in run.steps]) == ("drained", ["PASSED", "SKIPPED"])
+    assert wakes == [1]
+
+
+def test_at_boundary_drain_with_nothing_claimed_ends_the_run_at_once(med, wakes):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    wakes.clear()
+    advert(med, "X", drain="at-boundary")
+    assert med.get_run("a").verdict == "drained"
+    assert wakes == [1]  # wake 4
+    med.submit(chain("b", "one"))
+    assert med.get_run("b").state == "QUEUED"  # a draining node takes no new run
+
+
+def test_at_boundary_drain_refuses_claims(med):
+    advert(med, "X")
+    med.submit(contract("a", steps=2))  # two independent steps on X
+    claim_next(med, "X")
+    advert(med, "X", drain="at-boundary")
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 1, "X")
+    assert e.value.code == "draining"
+
+
+@pytest.mark.parametrize("wake_on_return", [True, False])
+def test_vanished_node_window_seed_000_section_5(dsn, clock, tmp_path, wake_on_return):
+    """seed 000 §5: b queues behind a on X; X vanishes, a is reaped (lost) — the reap's wake
+    finds no candidate; X returns. With wake 7 (ours, default) b goes at once; with it off
+    (the seed's behaviour) b waits beside the free X until some unrelated event."""
+    cfg = Config(wake_on_return=wake_on_return)
+    med = Mediator.connect(dsn, cfg, clock, records_root=str(tmp_path))
+    try:
+        advert(med, "X")
+        med.submit(chain("a", "one"))
+        med.submit(chain("b", "one"))
+        clock.advance(61)  # X's advert (30 s) and a's lease (60 s) have expired
+        assert med.reap().lost == ["a"]
+        assert med.get_run("b").state == "QUEUED"  # no candidate while X is gone
+        advert(med, "X", instance="i2")  # X returns
+        expected = "RUNNING" if wake_on_return else "QUEUED"
+        assert med.get_run("b").state == expected
+        if not wake_on_return:
+            assert med.list_nodes().nodes[0].lease is None  # the window: free X, waiting b
+    finally:
+        med.close()
+
+
+# ---- asks ----
+
+
+def test_asks_are_raised_when_due_and_an_answer_moves_the_run_on(med):
+    advert(med, "X")
+    doc = chain("a", "flash", "verify")
+    doc["steps"].insert(
+        1, {"name": "probe", "kind": "ask", "ask": "Clip the probe", "after": ["flash"]}
+    )
+    doc["steps"][2]["after"] = ["probe"]
+    med.submit(doc)
+    assert med.asks() == []
+    s = claim_next(med, "X")
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    [ask] = med.asks()
+    assert (ask.run_id, ask.seq, ask.question) == ("a", 1, "Clip the probe")
+    assert med.work("X") == []  # verify waits for the person
+    med.answer(ask.ask_id, "done", ok=True)
+    assert med.asks() == []
+    assert [s.name for s in med.work("X")] == ["verify"]
+    with pytest.raises(Conflict):
+        med.answer(ask.ask_id, "again")
+
+
+def test_a_negative_answer_fails_the_step_and_settles(med):
+    advert(med, "X")
+    doc = {"run_id": "a", "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "ok?", "kind": "ask", "ask": "Go?"},
+        {"name": "run", "role": "dut", "after": ["ok?"]},
+    ]}  # fmt: skip
+    med.submit(doc)
+    [ask] = med.asks()
+    r = med.answer(ask.ask_id, "no", ok=False)
+    assert r.settled == "FAILED"
+    assert [s.state for s in med.get_run("a").steps] == ["FAILED", "SKIPPED"]
+
+
+# ---- records (I6) and events ----
+
+
+def test_i6_sealed_once_read_only_and_verify_detects_a_changed_byte(med):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    s = claim_next(med, "X")
+    med.report("a", s.seq, "X", s.attempt, "pass", log="hello\n")
+    assert med.seal("a") is False  # sealing twice is a no-op
+    log = med.records.dir("a") / "steps" / "0000-one.log"
+    assert not os.stat(log).st_mode & stat.S_IWUSR
+    assert med.records.verify("a").ok
+    os.chmod(log, 0o644)
+    log.write_text("hellO\n")
+    check = med.records.verify("a")
+    assert (check.ok, check.changed) == (False, ("steps/0000-one.log",))
+
+
+def test_terminal_runs_left_unsealed_are_sealed_at_startup(dsn, clock, tmp_path):
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    sql(med, "UPDATE runs SET state='FAILED', verdict='lost', ended_at=mediator_now()")  # a crash
+    med.close()
+    again = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    try:
+        assert again.records.verify("a").ok
+        assert sql(again, "SELECT sealed FROM runs") == [(True,)]
+    finally:
+        again.close()
+
+
+def test_events_one_row_per_transition_in_order(med):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    s = claim_next(med, "X")
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    kinds = [k for (k,) in sql(med, "SELECT kind FROM events WHERE run_id='a' ORDER BY id")]
+    assert kinds == ["submitted", "lease_granted", "claimed", "result", "settled", "lease_released"]
+
+
+# ---- invariants I2, I4 and the time-leak test ----
+
+
+def test_i2_i4_hold_through_a_lifecycle(med):
+    """I2: only RUNNING runs hold leases (except a CLAIMED step of an ended run). I4: a
+    RUNNING run's exec steps carry the node of their role, agreeing with assigned."""
+    advert(med, "N1", board="x")
+    advert(med, "N2", scope=True)
+    med.submit(contract("w", dut={"board": "x"}, bench={"scope": True}))
+    run = med.get_run("w")
+    assert all(s.node_id == run.assigned[s.role] for s in run.steps)  # I4
+    bad = sql(
+        med,
+        """SELECT l.node_id FROM leases l JOIN runs r USING (run_id)
+           WHERE r.state <> 'RUNNING' AND NOT EXISTS (
+             SELECT 1 FROM steps s WHERE s.run_id = l.run_id AND s.node_id = l.node_id
+             AND s.state = 'CLAIMED')""",
+    )
+    assert bad == []
+
+
+def test_time_leak_every_timestamp_comes_from_the_virtual_clock(med, clock):
+    """mediator.md §4: with the clock set years from the wall clock, every timestamp and expiry
+    is virtual — a statement reading now() would land in the wrong year."""
+    assert EPOCH.year == 2031
+    advert(med, "X")
+    clock.advance(7)
+    med.submit(chain("a", "one"))
+    clock.advance(3)
+    s = claim_next(med, "X")
+    clock.advance(2)
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    run = med.get_run("a")
+    assert run.created_at == EPOCH + timedelta(seconds=7) == run.started_at
+    assert run.ended_at == EPOCH + timedelta(seconds=12)
+    assert run.steps[0].started_at == EPOCH + timedelta(seconds=10)
+    [node] = med.list_nodes().nodes
+    assert node.expires_at == EPOCH + timedelta(seconds=30)
+    years = {y for (y,) in sql(med, "SELECT DISTINCT extract(year FROM at)::int FROM events")}
+    assert years == {2031}
