@@ -1,0 +1,155 @@
+"""The board's HTTP server: the static page plus a small JSON API over the queue folder.
+
+FastAPI and uvicorn, because the Mediator's own API uses them (one stack to know). Every request
+reads the folder afresh – the files are the only truth (seed 001: "해결됨" is never recorded
+separately) – and the page re-reads ``/api/board`` every ``refresh_seconds`` (5 s by default,
+shorter in tests). The three writes a person can make go through ``store``: an answer, unassign,
+and retry.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import BaseModel
+
+from mediator.tickets import store, view
+from mediator.tickets.frontmatter import Document, render_value
+from mediator.tickets.rules import DEFAULT_MAX_FAILURES
+from mediator.tickets.store import QueueDir, Refused
+
+STATIC = Path(__file__).parent
+_FILES = {"board.css": "text/css", "board.js": "text/javascript"}
+
+
+class AnswerBody(BaseModel):
+    """The answer form: the text, and who answers."""
+
+    text: str
+    by: str = ""
+
+
+def create_app(
+    queue: QueueDir,
+    *,
+    refresh_seconds: float = 5.0,
+    max_failures: int = DEFAULT_MAX_FAILURES,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The board application for one queue folder.
+
+    Args:
+        queue: The folder to show.
+        refresh_seconds: How often the page re-reads the queue (seed 001: every 5 s).
+        max_failures: Failed sessions after which the bell lists a ticket.
+        clock: Epoch seconds; answer badges count days from it.
+    """
+    app = FastAPI(title="tickets board", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(Refused)
+    async def refused(_: Any, error: Refused) -> JSONResponse:
+        return JSONResponse({"error": str(error)}, status_code=409)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response:
+        return Response(status_code=204)  # no icon, and no 404 in the browser's console
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> FileResponse:
+        if name not in _FILES:
+            raise HTTPException(404, "no such file")
+        return FileResponse(STATIC / name, media_type=_FILES[name])
+
+    @app.get("/api/board")
+    def board() -> dict[str, Any]:
+        verdicts = store.read_snapshot(queue).judge(max_failures)
+        data = view.board(verdicts, now=clock())
+        data["refresh_ms"] = round(refresh_seconds * 1000)
+        return data
+
+    @app.get("/api/help")
+    def help_table() -> list[dict[str, Any]]:
+        return view.help_table()
+
+    @app.get("/api/tickets/{ticket_hash}")
+    def detail(ticket_hash: str) -> dict[str, Any]:
+        snapshot = store.read_snapshot(queue)
+        try:
+            verdict = store.find(snapshot, ticket_hash)
+        except Refused:
+            raise HTTPException(404, f"no ticket {ticket_hash}") from None
+        try:
+            text = (queue.root / verdict.ticket.file_name).read_text("utf-8", "replace")
+        except FileNotFoundError:
+            raise HTTPException(404, f"ticket {ticket_hash} just moved; reload") from None
+        doc = Document.parse(text)
+        answers = [a for a in snapshot.answers if a.ticket == ticket_hash]
+        return {
+            "card": view.card(verdict, now=clock()),
+            "fields": [[key, _shown(doc, key)] for key in doc.key_order()],
+            "body": doc.body,
+            "answers": [
+                {"file": a.file_name, "by": a.answered_by, "text": a.text} for a in answers
+            ],
+        }
+
+    @app.post("/api/tickets/{ticket_hash}/answer", status_code=201)
+    def answer(ticket_hash: str, body: AnswerBody) -> dict[str, str]:
+        path = store.answer(queue, ticket_hash, body.text, body.by.strip() or "board", now=clock())
+        return {"file": path.name}
+
+    @app.post("/api/tickets/{ticket_hash}/unassign")
+    def unassign(ticket_hash: str) -> dict[str, str]:
+        store.unassign(queue, ticket_hash)
+        return {"hash": ticket_hash}
+
+    @app.post("/api/tickets/{ticket_hash}/retry")
+    def retry(ticket_hash: str) -> dict[str, str]:
+        store.clear_failures(queue, ticket_hash)
+        return {"hash": ticket_hash}
+
+    return app
+
+
+def _shown(doc: Document, key: str) -> str:
+    value = doc.get(key)
+    return "" if value is None else value if isinstance(value, str) else render_value(value)
+
+
+def serve(
+    queue: QueueDir,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    refresh_seconds: float = 5.0,
+    max_failures: int = DEFAULT_MAX_FAILURES,
+) -> int:
+    """Serves the board until interrupted; prints ``board: <url>`` once it accepts connections.
+
+    The socket is bound here, before uvicorn starts, so ``port=0`` can pick a free port and the
+    printed line names the real one (tests start the board this way).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    bound_port = sock.getsockname()[1]
+    app = create_app(queue, refresh_seconds=refresh_seconds, max_failures=max_failures)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    shown = f"[{host}]" if ":" in host else host
+    print(f"board: http://{shown}:{bound_port}/", flush=True, file=sys.stdout)
+    server.run(sockets=[sock])
+    return 0
