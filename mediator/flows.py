@@ -29,7 +29,16 @@ from mediator.errors import (
     NotFound,
 )
 from mediator.lifecycle import LifecycleMixin
-from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject, match
+from mediator.match import (
+    ALL_BUSY,
+    NO_CANDIDATE,
+    TOO_WIDE,
+    Advert,
+    AdvertIndex,
+    Assignment,
+    Reject,
+    match,
+)
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
 from mediator.rows import Fleet, FleetNode, Run, RunList
@@ -439,6 +448,7 @@ class Mediator(LifecycleMixin):
         if not live - unavailable:
             return report
         by_id = {n.node_id: n for n in fleet}
+        index = AdvertIndex(adverts)  # candidates per role computed once per sweep
         needs = {c.needs_key: c.needs for c in classes}
         max_width = self.config.max_width
         failed: set[str] = set()
@@ -449,7 +459,7 @@ class Mediator(LifecycleMixin):
             # for every run of the class, so compute it once per class until a promotion.
             res = memo.get(key)
             if res is None:
-                res = memo[key] = match(needs[key], adverts, unavailable, max_width)
+                res = memo[key] = match(needs[key], index, unavailable, max_width)
                 if isinstance(res, Reject) and res.code in _CACHEABLE:
                     failed.add(key)  # stays true for the rest of the sweep (§6)
             return res
@@ -468,30 +478,40 @@ class Mediator(LifecycleMixin):
                 if not live - unavailable:
                     break  # early stop: nothing left to give
                 report.examined += 1
-                if q.needs_key in failed:
-                    continue  # R6: skip it, never stop at the head
-                res = decide(q.needs_key)
-                if isinstance(res, Reject):
-                    if res.code == TOO_WIDE:
-                        # R10: at promotion the width depends on which nodes are free; leave it.
-                        log.info("run %s stays queued: %s", q.run_id, res.message)
-                        report.too_wide.append(q.run_id)
-                    continue
-                try:
-                    ok = self.promote(q.run_id, res, needs[q.needs_key], by_id)
-                except NodeTaken:
-                    ok = False
-                    unavailable |= set(res.roles.values())  # R9: taken nodes join unavailable
-                    memo.clear()
-                except MediatorError:
-                    # R7: one run's failure is logged and the sweep goes on.
-                    log.exception("promoting run %s failed", q.run_id)
-                    report.errors += 1
-                    continue
-                if ok:
-                    report.promoted.append(q.run_id)
-                    unavailable |= set(res.roles.values())  # R9: promoted nodes are taken now
-                    memo.clear()
+                # A lost lease race re-matches the same run with the taken node excluded:
+                # skipping it instead would let a later run of the same class take the next
+                # free node first (I7; found by the six-sweeper test). Each retry makes
+                # `unavailable` grow, so the loop ends.
+                while q.needs_key not in failed:  # R6: a failed class is skipped, not a stop
+                    res = decide(q.needs_key)
+                    if isinstance(res, Reject):
+                        if res.code == TOO_WIDE:
+                            # R10: at promotion the width depends on which nodes are free.
+                            log.info("run %s stays queued: %s", q.run_id, res.message)
+                            report.too_wide.append(q.run_id)
+                        break
+                    try:
+                        ok = self.promote(q.run_id, res, needs[q.needs_key], by_id)
+                    except NodeTaken:
+                        # R9: the taken nodes join unavailable. Which ones: those now busy in
+                        # the database; if none shows yet (a competitor not yet committed, or
+                        # a lock timeout), every node of this assignment, conservatively.
+                        nodes = set(res.roles.values())
+                        with self.store.tx() as tx:
+                            taken = nodes & tx.busy_nodes()
+                        unavailable |= taken or nodes
+                        memo.clear()
+                        continue
+                    except MediatorError:
+                        # R7: one run's failure is logged and the sweep goes on.
+                        log.exception("promoting run %s failed", q.run_id)
+                        report.errors += 1
+                        break
+                    if ok:
+                        report.promoted.append(q.run_id)
+                        unavailable |= set(res.roles.values())  # R9: taken by us now
+                        memo.clear()
+                    break  # promoted, or R8: another sweep or a cancel got there first
             after_at, after_id = page[-1].created_at, page[-1].run_id
             viable = [k for k in viable if k not in failed]
         return report

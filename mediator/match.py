@@ -96,6 +96,57 @@ class Reject:
         return out
 
 
+def _tag(value: object) -> tuple[str, object]:
+    """A hashable key with JSON types kept: ``True`` and ``1`` must not collide (§5)."""
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)  # 1 and 1.0 hash and compare equal, as satisfies() wants
+    return ("s", value)
+
+
+class AdvertIndex:
+    """Live adverts indexed once by capability value, for many matches against one snapshot.
+
+    A promotion sweep matches every waiting needs class against the same fleet; scanning every
+    advert for every role costs classes × nodes ``satisfies`` calls (2,500 for P2's 50 classes
+    and 51 nodes — most of a sweep's time). The inverted index answers a role's candidate set
+    with one set lookup per need instead, and agrees with ``satisfies`` exactly (a property test
+    holds it to that). Pure: built from plain data, no I/O.
+    """
+
+    def __init__(self, adverts: Iterable[Advert]) -> None:
+        self.fleet: dict[str, Mapping[str, Any]] = {}
+        self._equal: dict[tuple[str, tuple[str, object]], set[str]] = {}
+        self._truthy: dict[str, set[str]] = {}
+        self._cache: dict[str, frozenset[str]] = {}
+        for advert in adverts:
+            if advert.node_id in self.fleet:
+                raise ValueError(f"two adverts for node {advert.node_id!r}")
+            self.fleet[advert.node_id] = advert.capabilities
+            for key, have in advert.capabilities.items():
+                if have:
+                    self._truthy.setdefault(key, set()).add(advert.node_id)
+                members = have if isinstance(have, list | tuple) else (have,)
+                for item in members:
+                    self._equal.setdefault((key, _tag(item)), set()).add(advert.node_id)
+
+    def serving(self, needs: Mapping[str, Any]) -> frozenset[str]:
+        """``C_r``: the ids of the adverts whose capabilities satisfy ``needs``."""
+        ck = json.dumps(needs, sort_keys=True)
+        found = self._cache.get(ck)
+        if found is None:
+            sets = [
+                self._truthy.get(key, set())
+                if want is True
+                else self._equal.get((key, _tag(want)), set())
+                for key, want in needs.items()
+            ]
+            found = frozenset(set.intersection(*sets)) if sets else frozenset(self.fleet)
+            self._cache[ck] = found
+        return found
+
+
 def candidates(needs: Mapping[str, Any], adverts: Iterable[Advert]) -> list[str]:
     """Return the ids of the adverts whose capabilities satisfy ``needs``, sorted.
 
@@ -111,7 +162,7 @@ def candidates(needs: Mapping[str, Any], adverts: Iterable[Advert]) -> list[str]
 
 def match(
     needs_by_role: Mapping[str, Mapping[str, Any]],
-    adverts: Iterable[Advert],
+    adverts: Iterable[Advert] | AdvertIndex,
     unavailable: Collection[str],
     max_width: int,
 ) -> Assignment | Reject:
@@ -138,7 +189,8 @@ def match(
 
     Args:
         needs_by_role: ``{role: needs}``; ``{}`` for a contract made only of ask steps.
-        adverts: The live adverts, each ``node_id`` at most once.
+        adverts: The live adverts, each ``node_id`` at most once, or an ``AdvertIndex`` of them
+            (the sweep builds one per fleet snapshot; the answer is the same either way).
         unavailable: Node ids that must not be newly chosen (busy ∪ draining at submit and in the
             sweep; busy only for a dry run, NFR-I6).
         max_width: The server's width cap.
@@ -152,17 +204,20 @@ def match(
     roles = sorted(needs_by_role)
     if not roles:
         return Assignment(roles={}, width=0)
-    fleet: dict[str, Mapping[str, Any]] = {}
-    for advert in adverts:
-        if advert.node_id in fleet:
-            raise ValueError(f"two adverts for node {advert.node_id!r}")
-        fleet[advert.node_id] = advert.capabilities
+    index = adverts if isinstance(adverts, AdvertIndex) else None
     blocked = unavailable if isinstance(unavailable, AbstractSet) else frozenset(unavailable)
-
-    serves = [
-        frozenset(node for node, caps in fleet.items() if satisfies(needs_by_role[role], caps))
-        for role in roles
-    ]
+    if index is not None:
+        serves = [index.serving(needs_by_role[role]) for role in roles]
+    else:
+        fleet: dict[str, Mapping[str, Any]] = {}
+        for advert in adverts:  # type: ignore[union-attr]
+            if advert.node_id in fleet:
+                raise ValueError(f"two adverts for node {advert.node_id!r}")
+            fleet[advert.node_id] = advert.capabilities
+        serves = [
+            frozenset(node for node, caps in fleet.items() if satisfies(needs_by_role[role], caps))
+            for role in roles
+        ]
     for role, able in zip(roles, serves, strict=True):
         if not able:
             return _no_candidate(role, needs_by_role[role])

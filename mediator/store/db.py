@@ -370,7 +370,7 @@ class Store:
                 exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
                 if not (exists and exists[0]):
                     with conn.transaction():
-                        conn.execute(schema_sql().encode())
+                        conn.execute(schema_sql().encode(), prepare=False)
                 row = conn.execute(QUERIES["schema_version"]).fetchone()
                 version = row[0] if row else None
                 if version != SCHEMA_VERSION:

@@ -1,0 +1,51 @@
+"""AdvertIndex (the sweep's per-snapshot candidate index) agrees with ``satisfies`` exactly."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mediator.contract import satisfies
+from mediator.match import Advert, AdvertIndex, match
+
+scalars = st.one_of(
+    st.booleans(),
+    st.integers(-2, 2),
+    st.sampled_from([0.0, 1.0, 2.5]),
+    st.sampled_from(["", "a", "1"]),
+)
+caps = st.dictionaries(
+    st.sampled_from(["k", "m", "n"]), st.one_of(scalars, st.lists(scalars, max_size=3))
+)
+needs = st.dictionaries(st.sampled_from(["k", "m", "n"]), scalars, max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(caps, max_size=6), needs)
+def test_index_serving_equals_a_scan_with_satisfies(fleet, want):
+    adverts = [Advert(f"n{i}", c) for i, c in enumerate(fleet)]
+    expected = {a.node_id for a in adverts if satisfies(want, a.capabilities)}
+    assert AdvertIndex(adverts).serving(want) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(caps, max_size=6),
+    st.dictionaries(st.sampled_from(["r1", "r2"]), needs, max_size=2),
+    st.sets(st.sampled_from([f"n{i}" for i in range(6)])),
+    st.integers(1, 2),
+)
+def test_match_gives_the_same_answer_with_or_without_the_index(fleet, roles, unavailable, width):
+    adverts = [Advert(f"n{i}", c) for i, c in enumerate(fleet)]
+    assert match(roles, AdvertIndex(adverts), unavailable, width) == match(
+        roles, adverts, unavailable, width
+    )
+
+
+def test_true_and_1_stay_apart():
+    adverts = [Advert("a", {"k": True}), Advert("b", {"k": 1}), Advert("c", {"k": [1.0, "x"]})]
+    index = AdvertIndex(adverts)
+    assert index.serving({"k": 1}) == {"b", "c"}
+    assert index.serving({"k": True}) == {"a", "b", "c"}
+    assert index.serving({"k": "x"}) == {"c"}
+    assert index.serving({}) == {"a", "b", "c"}
