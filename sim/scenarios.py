@@ -295,7 +295,7 @@ class StepSpec:
             raise ValueError(f"exec step {self.name!r} needs a role")
         if self.kind == "ask" and (self.role or not self.ask):
             raise ValueError(f"ask step {self.name!r}: no role, and a question in `ask`")
-        if not (0 <= self.fail_p and 0 <= self.retry_p and self.fail_p + self.retry_p <= 1):
+        if min(self.fail_p, self.retry_p) < 0 or self.fail_p + self.retry_p > 1:
             raise ValueError(f"step {self.name!r}: fail_p + retry_p must be within [0, 1]")
 
 
@@ -357,7 +357,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class Settings:
-    """The Mediator settings a simulation runs with (mediator.md §8), plus the node claim latency."""
+    """Mediator settings a simulation runs with (mediator.md §8), plus the node claim latency."""
 
     lease_ttl_s: float = 60.0
     renew_s: float = 10.0

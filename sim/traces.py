@@ -163,4 +163,5 @@ def fifo_waits(
         s = max(ai, free[0])
         heapq.heapreplace(free, s + di)
         start[i] = s
-    return start - a
+    waits: npt.NDArray[np.float64] = start - a
+    return waits

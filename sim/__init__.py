@@ -1,0 +1,48 @@
+"""The fleet simulator: scenarios, pre-sampled workloads, traces, statistics, the reference model.
+
+`sim` explores queueing behaviour of the Mediator in virtual time (sim.md). This package's
+database-free foundation:
+
+- `sim.scenarios` — what to simulate (fleet + workload + settings), the built-in scenarios;
+- `sim.workload` — `materialize(scenario)`: the fully pre-sampled plan every engine consumes;
+- `sim.model` — the in-memory reference model of the scheduling policy (no `mediator` import);
+- `sim.traces` — SWF/CSV trace readers and the FIFO multi-server recursion;
+- `sim.analysis` — Erlang C, confidence intervals, replications, Little's law.
+"""
+
+from __future__ import annotations
+
+from sim.analysis import (
+    erlang_c,
+    littles_law,
+    mean_ci,
+    mmc_p_wait_gt,
+    mmc_wait_quantile,
+    mmc_wq,
+    quantile_ci,
+    replicate,
+)
+from sim.model import ModelResult, run_model
+from sim.scenarios import SCENARIOS, Scenario
+from sim.traces import fifo_waits, read_csv_trace, read_swf
+from sim.workload import Plan, materialize
+
+__all__ = [
+    "SCENARIOS",
+    "ModelResult",
+    "Plan",
+    "Scenario",
+    "erlang_c",
+    "fifo_waits",
+    "littles_law",
+    "materialize",
+    "mean_ci",
+    "mmc_p_wait_gt",
+    "mmc_wait_quantile",
+    "mmc_wq",
+    "quantile_ci",
+    "read_csv_trace",
+    "read_swf",
+    "replicate",
+    "run_model",
+]
