@@ -409,7 +409,7 @@ class ModelResult:
             "measured": len(runs),
             "by_verdict": self.runs["verdict"].value_counts().to_dict(),
             "end_s": self.end_s,
-            "throughput_per_s": (runs["state"].isin([PASSED, FAILED]).sum() / self.end_s)
+            "throughput_per_s": float(runs["state"].isin([PASSED, FAILED]).sum() / self.end_s)
             if self.end_s
             else 0.0,
             "stuck_s": float(self.stuck["duration_s"].sum()),
@@ -1115,6 +1115,7 @@ class Model:
         )
         promos = _frame(self.promos, ("at_s", "run_id", "nodes", "how", "wake"), ("at_s",))
         queue = _frame(self.qlen, ("at_s", "length"), ("at_s",))
+        self.stuck_rows.sort(key=lambda r: (r[1], r[0]))
         stuck = _frame(
             self.stuck_rows, ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s")
         )

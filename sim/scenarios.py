@@ -588,9 +588,9 @@ def _dump_toml(d: Mapping[str, Any]) -> str:
 # Built-in scenarios (sim.md §5)
 # ---------------------------------------------------------------------------------------------
 
-#: Coarse heartbeats for scenarios where no node vanishes: adverts stay a small share of calls.
-COARSE = {"advert_interval_s": 300.0}
-COARSE_SETTINGS = Settings(lease_ttl_s=1200.0, renew_s=60.0, advert_ttl_s=900.0)
+#: Coarse heartbeats (every 30 min) where no node vanishes: adverts stay a few per cent of calls.
+COARSE = {"advert_interval_s": 1800.0}
+COARSE_SETTINGS = Settings(lease_ttl_s=7200.0, renew_s=600.0, advert_ttl_s=5400.0)
 #: Fine heartbeats (the Mediator defaults) where vanishing or draining nodes are the subject.
 FINE_SETTINGS = Settings()
 
@@ -637,9 +637,10 @@ def mixed(
     """Several capability classes and multi-role runs with folding (sim.md §5.2).
 
     `unit` runs need any linux node, `arm` runs an arm node, `pair` runs two linux roles that fold
-    onto one node, and `hil` runs need the scarce board *and* a scope bench (width 2, three steps
-    with an exec → exec → exec chain). A `hil` run waiting for the board must never hold back the
-    others (R6); its waits measure the starvation window of wide runs (mediator.md §10).
+    onto one node, and `hil` runs need the scarce board *and* the scope bench (width 2, a chain of
+    three steps; the board is loaded to about 60 %). The scope bench is a linux node too, so narrow
+    runs keep taking it: a `hil` run waiting for it must never hold them back (R6), and its waits
+    measure the starvation window of wide runs (mediator.md §10).
     """
     groups = (
         NodeGroup(linux, {"os": "linux", "arch": "x86"}, id_prefix="lx"),
@@ -655,7 +656,7 @@ def mixed(
             StepSpec("measure", role="bench", after=("flash",), duration=Exponential(60.0)),
             StepSpec("verify", role="dut", after=("measure",), duration=Exponential(60.0)),
         ),
-        weight=0.15,
+        weight=0.08,
     )
     pair = Template(
         "pair",
@@ -760,7 +761,8 @@ def drain(
 
     Three-step runs on identical nodes. n000 drains gracefully at 2,000 s (its current run finishes)
     and undrains at 6,000 s; n001 drains at-boundary at 3,000 s (its run stops at the next step
-    boundary: verdict `drained`) and undrains at 9,000 s.
+    boundary: verdict `drained`) and undrains at 9,000 s. A drain change is advertised at once;
+    an at-boundary drain finishes at the node's next heartbeat, so they are a minute apart.
     """
     needs = {"pool": "lab"}
     tpl = Template(
@@ -779,9 +781,9 @@ def drain(
     )
     return Scenario(
         name="drain",
-        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=10.0, events=events),
+        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=60.0, events=events),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
-        settings=FINE_SETTINGS,
+        settings=Settings(lease_ttl_s=300.0, renew_s=60.0, advert_ttl_s=180.0),
         horizon_runs=runs,
         seed=seed,
         description="graceful and at-boundary drains and undrains (wake 6)",
@@ -806,15 +808,16 @@ def restart(
             StepSpec("test", role="node", after=("build",), duration=Exponential(60.0)),
         ),
     )
+    # A restart advertises at once, so detection does not need fine heartbeats.
     return Scenario(
         name="restart",
         fleet=Fleet(
             (NodeGroup(nodes, needs),),
-            advert_interval_s=10.0,
             random=(RandomEvents("restart", mean_up_s=mean_restart_s),),
+            **COARSE,
         ),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
-        settings=FINE_SETTINGS,
+        settings=COARSE_SETTINGS,
         horizon_runs=runs,
         seed=seed,
         description="random daemon restarts: runs lost, leases fenced, queue woken",
@@ -849,7 +852,7 @@ def burst(
 
 def asks(
     nodes: int = 3,
-    arrival_rate: float = 0.005,
+    arrival_rate: float = 0.01,
     runs: int = 1000,
     answer_mean_s: float = 120.0,
     ok_p: float = 0.95,
@@ -894,20 +897,20 @@ def trace(
     runs: int | None = None,
 ) -> Scenario:
     """Replay a trace on `nodes` identical nodes (sim.md §5.8); `path=None` is the shipped NASA
-    Ames iPSC/860 1993 log (92 days, 18,239 jobs). Heartbeats are hourly so they stay a small
-    share over such a horizon. With these defaults the Mediator is a FIFO multi-server queue and
-    the waits equal `sim.traces.fifo_waits`."""
+    Ames iPSC/860 1993 log (92 days, 18,239 jobs). Heartbeats come every 4 h and the reaper runs
+    hourly, so they stay a small share over such a horizon. With these defaults the Mediator is a
+    FIFO multi-server queue and the waits equal `sim.traces.fifo_waits`."""
     needs = {"pool": "lab"}
     if format is None:
         format = "csv" if path is not None and path.endswith(".csv") else "swf"
     return Scenario(
         name="trace",
-        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=3600.0),
+        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=14400.0),
         workload=Workload(
             Trace(path, format, time_scale, duration_scale),
             (_one_step("trace", needs, Constant(0.0)),),
         ),
-        settings=Settings(lease_ttl_s=10800.0, renew_s=3600.0, advert_ttl_s=7200.0),
+        settings=Settings(lease_ttl_s=57600.0, renew_s=3600.0, advert_ttl_s=43200.0),
         horizon_runs=runs,
         seed=seed,
         description="trace replay on identical nodes: FIFO G/G/c",
