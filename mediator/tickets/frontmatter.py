@@ -55,7 +55,7 @@ class Document:
 
         A file that does not open with a ``---`` line, or never closes it, is all body.
         """
-        lines = text.splitlines(keepends=True)
+        lines = _split_lines(text)
         if not lines or lines[0].rstrip("\r\n") != _FENCE:
             return cls((), text, fenced=False)
         for end in range(1, len(lines)):
@@ -132,6 +132,12 @@ class Document:
         return replace(self, body=body)
 
 
+def _split_lines(text: str) -> list[str]:
+    """Lines ending in ``\n`` only (``str.splitlines`` also breaks at form feeds and U+2028)."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def render_value(value: Value | int) -> str:
     """Writes a value so that ``parse`` (and YAML) read back exactly ``value``."""
     if isinstance(value, bool):
@@ -146,6 +152,7 @@ def render_value(value: Value | int) -> str:
 def _render_scalar(text: str, *, in_flow: bool) -> str:
     plain = (
         _PLAIN.match(text) is not None
+        and text.isprintable()
         and text == text.strip()
         and text.lower() not in _NOT_PLAIN_WORDS
         and not _NUMBER.match(text)
@@ -154,7 +161,9 @@ def _render_scalar(text: str, *, in_flow: bool) -> str:
         and not text.endswith(":")
         and not (in_flow and any(c in text for c in ",[]{}"))
     )
-    return text if plain else json.dumps(text, ensure_ascii=False)
+    # JSON escapes are valid YAML double-quoted escapes; non-printable characters are escaped
+    # (ensure_ascii) so no reader mistakes them for line breaks.
+    return text if plain else json.dumps(text, ensure_ascii=not text.isprintable())
 
 
 def _value(entry: Entry) -> Value:
@@ -185,14 +194,22 @@ def _scalar(text: str) -> str:
         decoded, _ = _decode_double(text)
         return decoded
     if text.startswith("'"):
-        end = 1
-        while end < len(text):
-            if text[end] == "'" and text[end + 1 : end + 2] != "'":
-                break
-            end += 2 if text[end] == "'" else 1
-        return text[1:end].replace("''", "'")
+        return _decode_single(text)[0]
     comment = re.search(r"[ \t]#", text)
     return (text[: comment.start()] if comment else text).strip()
+
+
+def _decode_single(text: str) -> tuple[str, int]:
+    """Decodes the single-quoted scalar at the start of ``text`` (``''`` is a quote)."""
+    end = 1
+    while end < len(text):
+        if text[end] == "'":
+            if text[end + 1 : end + 2] != "'":
+                return text[1:end].replace("''", "'"), end + 1
+            end += 2
+        else:
+            end += 1
+    return text[1:].replace("''", "'"), len(text)
 
 
 def _decode_double(text: str) -> tuple[str, int]:
@@ -221,9 +238,8 @@ def _flow_list(text: str) -> list[str]:
                 decoded, length = _decode_double(text[i:])
                 current, i = "\0" + decoded, i + length
             else:
-                end = text.find("'", i + 1)
-                end = len(text) if end < 0 else end
-                current, i = "\0" + text[i + 1 : end], end + 1
+                decoded, length = _decode_single(text[i:])
+                current, i = "\0" + decoded, i + length
             continue
         if char in ",]":
             if current.strip():
