@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from mediator import Config, Mediator  # noqa: E402
-from mediator.contract import needs_key  # noqa: E402
-from mediator.pg import EmbeddedPostgres  # noqa: E402
+from mediator import Config, Mediator
+from mediator.contract import needs_key
+from mediator.pg import EmbeddedPostgres
 
 CLASSES = 50
 

@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -109,6 +110,8 @@ class Mediator(LifecycleMixin):
         self._after_fleet_read: Callable[[str], None] | None = None
         # R17's guard, switchable only so a test can show the race it closes is real.
         self._missed_wake_guard = True
+        # Called with (seconds, WakeReport) after every sweep: metrics, the simulator's counters.
+        self.sweep_observers: list[Callable[[float, WakeReport], None]] = []
 
     # ---- lifecycle -----------------------------------------------------------------------------
     @classmethod
@@ -423,6 +426,14 @@ class Mediator(LifecycleMixin):
 
     # ---- WakeQueued (mediator.md §7.2, R6–R12) ----------------------------------------------
     def wake_queued(self) -> WakeReport:
+        """The promotion sweep over the queue, FIFO with skipping (timed for the observers)."""
+        started = time.perf_counter()
+        report = self._sweep()
+        for observe in self.sweep_observers:
+            observe(time.perf_counter() - started, report)
+        return report
+
+    def _sweep(self) -> WakeReport:
         """The promotion sweep over the queue, FIFO with skipping.
 
         Safe to call again and concurrently from any number of processes (R9): the conditional
@@ -659,6 +670,16 @@ class Mediator(LifecycleMixin):
             observed = tx.observed_at()
             nodes = tx.list_nodes()
         return Fleet(observed, tuple(nodes))
+
+    def node_principal(self, node_id: str) -> str | None:
+        """The principal a node is bound to (None: unknown node) — for authorization only."""
+        with self.store.tx() as tx:
+            return tx.node_principal(node_id)
+
+    def ping(self) -> bool:
+        """The database answers (``/healthz``)."""
+        with self.store.tx() as tx:
+            return tx.ping()
 
     # ---- records ---------------------------------------------------------------------------
     def seal(self, run_id: str) -> bool:

@@ -77,10 +77,12 @@ class Run(_Row):
     wait_reason: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # Absent, not null, when they do not apply (seed 000 §6.1: a 202 body has neither
+        # assigned nor reject; queue_position and wait_reason exist only while QUEUED).
         d = super().to_dict()
-        if self.state != "QUEUED":
-            d.pop("queue_position")
-            d.pop("wait_reason")
+        for key in ("assigned", "reject", "queue_position", "wait_reason"):
+            if d[key] is None:
+                d.pop(key)
         d.pop("sealed")
         return d
 

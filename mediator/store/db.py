@@ -180,6 +180,30 @@ class Tx:
     def lock_ask(self, ask_id: int) -> dict[str, Any] | None:
         return self._one("lock_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
 
+    def events_since(self, after: int, limit: int = 500) -> list[dict[str, Any]]:
+        return self._rows("events_since", {"after": after, "limit": limit})
+
+    def last_event_id(self) -> int:
+        return int(self._one("last_event_id")["id"])
+
+    def node_principal(self, node_id: str) -> str | None:
+        r = self._one("node_principal", {"node_id": node_id})
+        return r["principal"] if r else None
+
+    def run_counts(self) -> dict[str, int]:
+        return {r["state"]: int(r["n"]) for r in self._rows("run_counts")}
+
+    def wait_histogram(self, bounds: Sequence[float]) -> list[tuple[float, int]]:
+        rows = self._rows("wait_histogram", {"bounds": list(bounds)})
+        return [(float(r["le"]), int(r["n"])) for r in rows]
+
+    def wait_sum(self) -> tuple[int, float]:
+        r = self._one("wait_sum")
+        return int(r["n"]), float(r["total"])
+
+    def ping(self) -> bool:
+        return bool(self._one("ping")["ok"])
+
     # ---- lifecycle writes ----------------------------------------------------------------------
     def claim_step(self, run_id: str, seq: int, instance: str) -> Step | None:
         params = {"run_id": run_id, "seq": seq, "instance": instance}
@@ -396,6 +420,20 @@ class Store:
         except MediatorError:
             raise
         except (psycopg.Error, PoolTimeout) as exc:
+            raise _map_error(exc) from exc
+
+    def notifications(self, channel: str, timeout: float) -> Iterator[None]:
+        """Yield once per NOTIFY on ``channel`` until ``timeout`` seconds pass without one.
+
+        A dedicated connection (LISTEN holds it); the caller loops to keep listening. Raises
+        StoreUnavailable if the connection breaks, so the caller can reconnect.
+        """
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(f"LISTEN {channel}")
+                for _ in conn.notifies(timeout=timeout):
+                    yield None
+        except psycopg.Error as exc:
             raise _map_error(exc) from exc
 
     def close(self) -> None:

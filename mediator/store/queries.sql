@@ -238,8 +238,8 @@ FROM runs WHERE run_id = %(run_id)s FOR UPDATE
 
 -- run_steps --
 -- Steps carry chosen (seed 003 §7; FR-3).
-SELECT seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id, instance, attempt,
-       chosen, started_at, ended_at
+SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id, instance,
+       attempt, chosen, started_at, ended_at
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq
 
 -- run_contract --
@@ -354,3 +354,39 @@ SELECT ask_id, run_id, seq, closed FROM asks WHERE ask_id = %(ask_id)s FOR UPDAT
 UPDATE asks SET answer = %(answer)s, ok = %(ok)s, answered_by = %(by)s,
                 answered_at = mediator_now(), closed = true
 WHERE ask_id = %(ask_id)s AND NOT closed
+
+-- events_since --
+-- /v1/events replay: only rows whose inserting transaction is older than this snapshot's xmin,
+-- so a row with a smaller id that commits later is never skipped (api.md §1 route 14). The xid
+-- comparison is within one 2^32 epoch, which is what row xmin carries.
+SELECT id, at, run_id, node_id, kind, data
+FROM events
+WHERE id > %(after)s
+  AND xmin::text::bigint < (pg_snapshot_xmin(pg_current_snapshot())::text::bigint %% 4294967296)
+ORDER BY id
+LIMIT %(limit)s
+
+-- last_event_id --
+SELECT coalesce(max(id), 0) AS id FROM events
+
+-- node_principal --
+-- Only for the authorization check; never part of a listing (mediator.md §9).
+SELECT principal FROM nodes WHERE node_id = %(node_id)s
+
+-- run_counts --
+SELECT state, count(*) AS n FROM runs GROUP BY state
+
+-- wait_histogram --
+-- Cumulative buckets of queue wait (started_at - created_at) over every run that started.
+SELECT b.le, count(r.run_id) AS n
+FROM unnest(%(bounds)s::float8[]) AS b(le)
+LEFT JOIN runs r ON r.started_at IS NOT NULL
+               AND extract(epoch FROM r.started_at - r.created_at) <= b.le
+GROUP BY b.le ORDER BY b.le
+
+-- wait_sum --
+SELECT count(*) AS n, coalesce(sum(extract(epoch FROM started_at - created_at)), 0) AS total
+FROM runs WHERE started_at IS NOT NULL
+
+-- ping --
+SELECT 1 AS ok

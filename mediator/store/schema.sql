@@ -123,3 +123,10 @@ CREATE TABLE events (
     data    jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX events_run ON events (run_id, id);
+
+-- PushAsks and /v1/events: NOTIFY is delivered on commit only, so a subscriber never hears of a
+-- rolled-back change (R12), and every Mediator process listening hears every commit.
+CREATE FUNCTION notify_events() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN PERFORM pg_notify('mediator_events', ''); RETURN NULL; END $$;
+CREATE TRIGGER events_notify AFTER INSERT ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION notify_events();

@@ -1,0 +1,360 @@
+"""The FastAPI application: the 18 routes of api.md §1.
+
+Routes translate HTTP to calls on :class:`mediator.Mediator` and back; authorization is decided
+here from the caller's principal and role (mediator.md §9); everything else is the Mediator's.
+Errors are always ``{"error": {code, message, field}}``: validation is 400 (never the framework's
+default 422, which here means "no node can serve this contract"), and no response carries an
+internal path, a stack trace or SQL (SECURITY-15).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mediator.api.auth import Principal, Tokens
+from mediator.api.events import EventFeed
+from mediator.api.limits import BodyLimit
+from mediator.api.metrics import Metrics
+from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
+from mediator.flows import Mediator
+
+log = logging.getLogger("mediator.api")
+
+MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
+UI_DIR = Path(__file__).with_name("ui")
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status)
+
+
+# FastAPI resolves annotations by name at import time: the alias must live at module level.
+Auth = Annotated[str | None, Header(alias="Authorization")]
+
+
+# ---- request bodies ---------------------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Policy(_Body):
+    drain: str = ""
+
+
+class AdvertBody(_Body):
+    node_id: str
+    label: str = ""
+    capabilities: dict[str, Any]
+    instance: str
+    policy: Policy = Field(default_factory=Policy)
+
+
+class ClaimBody(_Body):
+    node_id: str
+    instance: str | None = None
+
+
+class ResultBody(_Body):
+    node_id: str
+    instance: str | None = None
+    attempt: int
+    outcome: str
+    log: str = ""
+
+
+class AnswerBody(_Body):
+    answer: str = ""
+    ok: bool = True
+
+
+# ---- the app ----------------------------------------------------------------------------------
+def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = MAX_BODY) -> FastAPI:
+    """Build the API around one Mediator. ``tokens=None`` is the development mode."""
+    tokens = tokens or Tokens(None)
+    feed = EventFeed(med)
+    metrics = Metrics(med)
+    app = FastAPI(
+        title="Mediator",
+        version="0.1.0",
+        description="A lab job broker over PostgreSQL (api.md).",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.med = med
+    app.state.feed = feed
+    app.add_middleware(BodyLimit, max_body=max_body)
+
+    @app.on_event("shutdown")
+    def _stop_feed() -> None:
+        feed.stop()
+
+    # -- errors --
+    @app.exception_handler(MediatorError)
+    def _mediator_error(request: Request, exc: MediatorError) -> JSONResponse:
+        if exc.status >= 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+        return JSONResponse({"error": exc.as_dict()}, exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        field = ".".join(loc) or None
+        msg = first.get("msg", "invalid request")
+        where = f"{field}: " if field else ""
+        return _error(400, "invalid_request", f"{where}{msg}.", field)
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        message = {404: "No such route.", 405: "Method not allowed on this route."}.get(
+            exc.status_code, "The request was refused."
+        )
+        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), message)
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return _error(500, "internal", "An internal error occurred; it has been logged.")
+
+    @app.middleware("http")
+    async def _access_log(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response: Response = await call_next(request)
+        log.info(
+            "%s %s %d %.1fms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.perf_counter() - started) * 1e3,
+        )
+        return response
+
+    # -- who is calling --
+    def caller(authorization: str | None) -> Principal:
+        return tokens.resolve(authorization)
+
+    def require(p: Principal, *roles: str) -> None:
+        if not (p.dev or p.admin or p.role in roles):
+            raise Forbidden(f"This route needs the {' or '.join(roles)} role.", code="wrong_role")
+
+    def as_node(p: Principal, node_id: str) -> None:
+        """A node acts only for itself: the principal bound at its first advert (§9)."""
+        require(p, "node")
+        if p.dev or p.admin:
+            return
+        owner = med.node_principal(node_id)
+        if owner is None:
+            raise NotFound(f"No node {node_id!r}; advertise first.", code="unknown_node")
+        if owner != p.name:
+            raise Forbidden(f"Node {node_id} belongs to another principal.", code="not_your_node")
+
+    # 1 -- adverts
+    @app.post("/v1/nodes", tags=["nodes"])
+    def post_advert(body: AdvertBody, authorization: Auth = None) -> dict[str, Any]:
+        p = caller(authorization)
+        require(p, "node")
+        ttl = med.advert(
+            body.node_id,
+            body.capabilities,
+            body.instance,
+            label=body.label,
+            drain=body.policy.drain,
+            principal=p.name,
+        )
+        return {"advert_ttl_seconds": ttl}
+
+    # 2 -- work
+    @app.get("/v1/nodes/{node_id}/work", tags=["nodes"])
+    def get_work(node_id: str, authorization: Auth = None) -> dict[str, Any]:
+        as_node(caller(authorization), node_id)
+        return {"steps": [s.to_dict() for s in med.work(node_id)]}
+
+    # 3 -- claim
+    @app.post("/v1/runs/{run_id}/steps/{seq}/claim", tags=["nodes"])
+    def post_claim(
+        run_id: str, seq: int, body: ClaimBody, authorization: Auth = None
+    ) -> dict[str, Any]:
+        as_node(caller(authorization), body.node_id)
+        return med.claim(run_id, seq, body.node_id, body.instance).to_dict()
+
+    # 4 -- result
+    @app.post("/v1/runs/{run_id}/steps/{seq}/result", tags=["nodes"])
+    def post_result(
+        run_id: str, seq: int, body: ResultBody, authorization: Auth = None
+    ) -> dict[str, Any]:
+        as_node(caller(authorization), body.node_id)
+        r = med.report(
+            run_id, seq, body.node_id, body.attempt, body.outcome, body.log, body.instance
+        )
+        return {
+            "settled": r.settled,
+            "rolled": r.rolled,
+            "released": list(r.released),
+            "step_state": r.step_state,
+        }
+
+    # 5 -- submit
+    @app.post(
+        "/v1/runs",
+        tags=["runs"],
+        responses={201: {"description": "RUNNING"}, 202: {"description": "QUEUED"},
+                   422: {"description": "FAILED: no node can ever serve it"}},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "description": "The run contract (mediator.md §5)"}}}}},
+    )  # fmt: skip
+    async def post_run(
+        request: Request,
+        dry_run: bool = False,
+        authorization: Auth = None,
+    ) -> JSONResponse:
+        p = caller(authorization)
+        require(p, "client")
+        raw = await request.body()
+        try:
+            doc = json.loads(raw) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            raise ContractError("The body is not valid JSON.", field=None) from None
+        if not isinstance(doc, dict):
+            raise ContractError("The contract must be a JSON object.", field=None)
+        sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
+        return JSONResponse(_jsonable(sub.body()), sub.status)
+
+    # 6 -- list runs
+    @app.get("/v1/runs", tags=["runs"])
+    def list_runs(
+        state: str | None = None,
+        work_id: str | None = None,
+        since: datetime | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        authorization: Auth = None,
+    ) -> dict[str, Any]:
+        caller(authorization)
+        return med.list_runs(state, work_id, since, limit).to_dict()
+
+    # 7 -- one run
+    @app.get("/v1/runs/{run_id}", tags=["runs"])
+    def get_run(run_id: str, authorization: Auth = None) -> dict[str, Any]:
+        caller(authorization)
+        return med.get_run(run_id).to_dict()
+
+    # 8 -- cancel
+    @app.post("/v1/runs/{run_id}/cancel", tags=["runs"])
+    def post_cancel(run_id: str, authorization: Auth = None) -> dict[str, Any]:
+        p = caller(authorization)
+        require(p, "client")
+        principal = None if p.dev else p.name
+        return med.cancel(run_id, principal, admin=p.admin).to_dict()
+
+    # 9 -- record manifest
+    @app.get("/v1/runs/{run_id}/record", tags=["records"])
+    def get_record(run_id: str, authorization: Auth = None) -> dict[str, Any]:
+        caller(authorization)
+        med.get_run(run_id)  # 404 for an unknown run
+        manifest = med.records.manifest(run_id)
+        if manifest is None:
+            raise NotFound(f"Run {run_id} has no record yet.", code="no_record")
+        return manifest
+
+    # 10 -- one record file (no path traversal: Records.read_file stays inside the run's folder)
+    @app.get("/v1/runs/{run_id}/record/{file:path}", tags=["records"])
+    def get_record_file(run_id: str, file: str, authorization: Auth = None) -> Response:
+        caller(authorization)
+        med.get_run(run_id)
+        data = med.records.read_file(run_id, file)
+        if data is None:
+            raise NotFound("No such file in this run's record.", code="no_such_file", field="file")
+        kind = "application/json" if file.endswith(".json") else "text/plain; charset=utf-8"
+        return Response(data, media_type=kind)
+
+    # 11 -- fleet
+    @app.get("/v1/nodes", tags=["nodes"])
+    def list_nodes(authorization: Auth = None) -> dict[str, Any]:
+        caller(authorization)
+        return med.list_nodes().to_dict()
+
+    # 12 -- open asks
+    @app.get("/v1/asks", tags=["asks"])
+    def list_asks(authorization: Auth = None) -> dict[str, Any]:
+        caller(authorization)
+        return {"asks": [a.to_dict() for a in med.asks()]}
+
+    # 13 -- answer
+    @app.post("/v1/asks/{ask_id}/answer", tags=["asks"])
+    def post_answer(ask_id: int, body: AnswerBody, authorization: Auth = None) -> dict[str, Any]:
+        p = caller(authorization)
+        require(p, "client")
+        r = med.answer(ask_id, body.answer, body.ok, principal=p.name)
+        return {
+            "settled": r.settled,
+            "rolled": r.rolled,
+            "released": list(r.released),
+            "step_state": r.step_state,
+        }
+
+    # 14 -- server-sent events
+    @app.get("/v1/events", tags=["events"], response_class=StreamingResponse)
+    def get_events(
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+        after: int | None = None,
+        limit: Annotated[int | None, Query(ge=1)] = None,
+        authorization: Auth = None,
+    ) -> StreamingResponse:
+        caller(authorization)
+        start = after
+        if last_event_id is not None:
+            try:
+                start = int(last_event_id)
+            except ValueError:
+                raise ContractError(
+                    "Last-Event-ID must be an event id.", field="Last-Event-ID"
+                ) from None
+        return StreamingResponse(
+            feed.stream(start, limit),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    # 15 -- health
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> JSONResponse:
+        try:
+            med.ping()
+        except MediatorError:
+            return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
+        return JSONResponse({"status": "ok", "database": "ok"})
+
+    # 16 -- metrics
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
+    def get_metrics() -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    # 18 -- the panel (static files; it talks to this API over HTTP like any client)
+    if UI_DIR.is_dir():
+        app.mount("/", StaticFiles(directory=str(UI_DIR), html=True), name="panel")
+
+    return app
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,59 @@
+"""``GET /metrics``: Prometheus text (api.md §1 route 16).
+
+Queue depth, runs by state and the queue-wait histogram are read from the database at scrape time,
+so every Mediator process reports the same fleet-wide truth; the sweep-duration histogram is this
+process's own (each process sweeps for itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+if TYPE_CHECKING:
+    from mediator.flows import Mediator
+
+WAIT_BUCKETS = (0.0, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+STATES = ("QUEUED", "RUNNING", "PASSED", "FAILED")
+
+
+class _FleetCollector:
+    def __init__(self, med: Mediator) -> None:
+        self.med = med
+
+    def collect(self) -> Iterator[Any]:
+        with self.med.store.tx() as tx:
+            counts = tx.run_counts()
+            buckets = tx.wait_histogram(WAIT_BUCKETS)
+            n, total = tx.wait_sum()
+        depth = GaugeMetricFamily("mediator_queue_depth", "Runs waiting in the queue (QUEUED).")
+        depth.add_metric([], counts.get("QUEUED", 0))
+        yield depth
+        runs = GaugeMetricFamily("mediator_runs", "Runs by state.", labels=["state"])
+        for state in STATES:
+            runs.add_metric([state], counts.get(state, 0))
+        yield runs
+        wait = HistogramMetricFamily(
+            "mediator_queue_wait_seconds", "Queue wait (started_at - created_at) of started runs."
+        )
+        wait.add_metric([], [(str(le), c) for le, c in buckets] + [("+Inf", n)], total)
+        yield wait
+
+
+class Metrics:
+    def __init__(self, med: Mediator) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_FleetCollector(med))  # type: ignore[arg-type]
+        self.sweep = Histogram(
+            "mediator_sweep_duration_seconds",
+            "Duration of promotion sweeps (WakeQueued) in this process.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        med.sweep_observers.append(lambda seconds, report: self.sweep.observe(seconds))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,1 @@
+"""Command-line entry points: `mediator` (serve, records), `runctl`, and their helpers."""
