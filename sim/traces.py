@@ -83,7 +83,9 @@ def read_swf(path: str | Path | None = None) -> pd.DataFrame:
     df = df.mask(df == -1)
     keep = df["submit_s"].ge(0) & df["run_s"].ge(0)
     df = df[keep].sort_values("submit_s", kind="stable").reset_index(drop=True)
-    df = df.convert_dtypes(convert_string=False, convert_boolean=False)
+    df = df.astype(
+        {c: "Int64" if (df[c].dropna() % 1 == 0).all() else "Float64" for c in df.columns}
+    )
     meta: dict[str, str] = {}
     for ln in header:
         m = _SWF_META.match(ln)
