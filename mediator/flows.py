@@ -124,14 +124,16 @@ class Mediator(LifecycleMixin):
         records_root: str | None = None,
         pool_size: int = 8,
         startup_wake: bool = True,
+        data_dir: str | None = None,
     ) -> Mediator:
         """Connect to ``database_url`` (or ``MEDIATOR_DATABASE_URL``, or the config's), else start
-        an embedded PostgreSQL; load the schema if the database is empty; wake once (wake 5)."""
+        an embedded PostgreSQL (throw-away, or persistent in ``data_dir``); load the schema if the
+        database is empty; seal what a crash left unsealed and wake once (wake 5)."""
         config = config or Config()
         url = database_url or os.environ.get("MEDIATOR_DATABASE_URL") or config.database_url
         embedded = None
         if not url:
-            embedded = EmbeddedPostgres()
+            embedded = EmbeddedPostgres(data_dir)
             url = embedded.dsn()
         try:
             store = Store(url, clock, max_size=pool_size)
@@ -143,7 +145,7 @@ class Mediator(LifecycleMixin):
         if root is None:
             root = (
                 tempfile.mkdtemp(prefix="mediator-records-")
-                if embedded is not None
+                if embedded is not None and data_dir is None
                 else os.path.join(os.getcwd(), "var", "records")
             )
         med = cls(store, config, Records(root), clock, embedded)
