@@ -536,7 +536,7 @@ _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _key(k: str) -> str:
-    return k if _BARE.match(k) else json.dumps(k)
+    return k if _BARE.match(k) else json.dumps(k, ensure_ascii=False)
 
 
 def _value(v: Any) -> str:
@@ -551,7 +551,7 @@ def _value(v: Any) -> str:
             return "inf" if v > 0 else "-inf"
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)
+        return json.dumps(v, ensure_ascii=False)
     if isinstance(v, list):
         return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, dict):
