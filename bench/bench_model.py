@@ -1,0 +1,82 @@
+"""P5 (quality.md §3): reference-model throughput on the `steady` scenario, one-step runs.
+
+Prints one line per figure: runs per wall second (target ≥ 50,000) with and without the event
+log, virtual seconds per wall second, the plan's own cost, and — because the figures depend on
+the machine — a baseline measured in the same run (heap pushes+pops per second, the model's
+innermost operation) with each figure's ratio to it. Best of `--repeat` runs, so a busy
+neighbour on a shared machine does not decide the figure.
+
+    .venv/bin/python bench/bench_model.py [--runs 100000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import time
+
+from sim.model import run_model
+from sim.scenarios import steady
+from sim.workload import materialize
+
+TARGET = 50_000
+
+
+def best(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    """Shortest wall time of `repeat` calls."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def heap_baseline(n: int = 200_000) -> float:
+    """Heap push+pop pairs per second on (time, class, key, seq) tuples."""
+    seq = itertools.count()
+
+    def work() -> None:
+        heap: list[tuple[int, int, int, int]] = []
+        for i in range(n):
+            heapq.heappush(heap, (i * 7919 % 100_003, 0, i, next(seq)))
+        while heap:
+            heapq.heappop(heap)
+
+    return n / best(work, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    scenario = steady(runs=args.runs)  # M/M/3, λ=0.2/s, μ=0.1/s
+    plan = materialize(scenario)
+    virtual_s = run_model(plan, record_events=False).end_s
+    base = heap_baseline()
+
+    t_events = best(lambda: run_model(plan), args.repeat)
+    t_lean = best(lambda: run_model(plan, record_events=False), args.repeat)
+    t_plan = best(lambda: materialize(scenario), args.repeat)
+    t_both = best(lambda: run_model(materialize(scenario)), args.repeat)
+
+    n = args.runs
+    figures = [
+        ("P5 model runs/s (steady, events recorded)", n / t_events, f"target >= {TARGET:,}"),
+        ("P5 model runs/s (steady, no event log)", n / t_lean, f"target >= {TARGET:,}"),
+        ("P5 model virtual s per wall s (steady, events recorded)", virtual_s / t_events, ""),
+        ("materialize runs/s (steady plan)", n / t_plan, ""),
+        ("materialize + model runs/s (steady)", n / t_both, ""),
+    ]
+    print(f"baseline heap push+pop pairs/s: {base:,.0f}")
+    for label, value, note in figures:
+        ok = "" if not note else ("  OK" if value >= TARGET else "  BELOW TARGET")
+        tail = f"  ({note}){ok}" if note else ""
+        print(f"{label}: {value:,.0f}  ratio to baseline {value / base:.3f}{tail}")
+
+
+if __name__ == "__main__":
+    main()
