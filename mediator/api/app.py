@@ -9,9 +9,11 @@ internal path, a stack trace or SQL (SECURITY-15).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,7 +88,13 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     tokens = tokens or Tokens(None)
     feed = EventFeed(med)
     metrics = Metrics(med)
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        feed.stop()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Mediator",
         version="0.1.0",
         description="A lab job broker over PostgreSQL (api.md).",
@@ -96,10 +104,6 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     app.state.med = med
     app.state.feed = feed
     app.add_middleware(BodyLimit, max_body=max_body)
-
-    @app.on_event("shutdown")
-    def _stop_feed() -> None:
-        feed.stop()
 
     # -- errors --
     @app.exception_handler(MediatorError)

@@ -1,0 +1,300 @@
+"""The HTTP API in-process (the real FastAPI app on the real database, through Starlette's
+TestClient): the route table, error bodies, auth, and the HTTP-level tests of seed 000 §6.1.
+The same checks with real processes are in tests/e2e."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mediator.api import create_app
+from mediator.api.auth import Tokens
+from tests.db.conftest import contract
+
+EXPECTED_ROUTES = {
+    ("POST", "/v1/nodes"),
+    ("GET", "/v1/nodes/{node_id}/work"),
+    ("POST", "/v1/runs/{run_id}/steps/{seq}/claim"),
+    ("POST", "/v1/runs/{run_id}/steps/{seq}/result"),
+    ("POST", "/v1/runs"),
+    ("GET", "/v1/runs"),
+    ("GET", "/v1/runs/{run_id}"),
+    ("POST", "/v1/runs/{run_id}/cancel"),
+    ("GET", "/v1/runs/{run_id}/record"),
+    ("GET", "/v1/runs/{run_id}/record/{file:path}"),
+    ("GET", "/v1/nodes"),
+    ("GET", "/v1/asks"),
+    ("POST", "/v1/asks/{ask_id}/answer"),
+    ("GET", "/v1/events"),
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+}
+
+
+@pytest.fixture
+def client(med):
+    with TestClient(create_app(med)) as c:
+        yield c
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    p = tmp_path / "tokens.toml"
+    p.write_text(
+        "\n".join(
+            f'[[token]]\ntoken = "{t}"\nprincipal = "{p}"\nrole = "{r}"\n'
+            for t, p, r in [
+                ("tn1", "node-one", "node"),
+                ("tn2", "node-two", "node"),
+                ("tc1", "alice", "client"),
+                ("tc2", "mallory", "client"),
+                ("tad", "root", "admin"),
+            ]
+        )
+    )
+    return str(p)
+
+
+@pytest.fixture
+def authed(med, tokens_file):
+    with TestClient(create_app(med, Tokens.load(tokens_file))) as c:
+        yield c
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def node(client, node_id="X", drain="", headers=None, **caps):
+    body = {"node_id": node_id, "capabilities": caps or {"board": "x"}, "instance": "i1",
+            "policy": {"drain": drain}}  # fmt: skip
+    return client.post("/v1/nodes", json=body, headers=headers or {})
+
+
+def finish(client, run_id, node_id="X", headers=None):
+    steps = client.get(f"/v1/nodes/{node_id}/work", headers=headers or {}).json()["steps"]
+    s = next(s for s in steps if s["run_id"] == run_id)
+    base = f"/v1/runs/{run_id}/steps/{s['seq']}"
+    claimed = client.post(f"{base}/claim", json={"node_id": node_id}, headers=headers or {}).json()
+    return client.post(
+        f"{base}/result",
+        json={"node_id": node_id, "attempt": claimed["attempt"], "outcome": "pass", "log": "ok"},
+        headers=headers or {},
+    )
+
+
+def test_the_route_table_is_the_18_routes_of_api_md(med):
+    """api.md §1: a route that disappears or changes fails here (seed 000 §6 '라우트 18개 회귀 0')."""
+    app = create_app(med)
+    routes = {
+        (m, r.path)
+        for r in app.routes
+        for m in getattr(r, "methods", None) or ()
+        if m != "HEAD" and r.path not in ("/docs", "/redoc")
+    }
+    assert routes == EXPECTED_ROUTES
+    mounts = [r.path for r in app.routes if not getattr(r, "methods", None)]
+    assert mounts == [""] or mounts == ["/"]  # 18: the panel's static files at /
+
+
+def test_openapi_document_lists_the_api(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    expected = {p.replace("{file:path}", "{file}") for _, p in EXPECTED_ROUTES}
+    assert expected - {"/openapi.json"} == set(paths)
+
+
+# ---- seed 000 §6.1, internal/api -----------------------------------------------------------------
+
+
+def test_409_situation_gives_202_queued_without_assigned_or_reject(client):
+    node(client)
+    assert client.post("/v1/runs", json=contract("a")).status_code == 201
+    r = client.post("/v1/runs", json=contract("b"))
+    assert r.status_code == 202
+    body = r.json()
+    assert body["state"] == "QUEUED" and "assigned" not in body and "reject" not in body
+
+
+def test_422_situation_stays_422_failed(client):
+    node(client)
+    r = client.post("/v1/runs", json=contract("c", dut={"board": "none"}))
+    assert (r.status_code, r.json()["state"], r.json()["reject"]["code"]) == (
+        422,
+        "FAILED",
+        "NO_CANDIDATE",
+    )
+    assert client.get("/v1/runs/c").json()["state"] == "FAILED"
+
+
+def test_resubmitting_a_queued_run_is_200_with_the_existing_run(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    client.post("/v1/runs", json=contract("b"))
+    r = client.post("/v1/runs", json=contract("b"))
+    assert (r.status_code, r.json()["state"], r.json()["run_id"]) == (200, "QUEUED", "b")
+
+
+def test_dry_run_is_unchanged_with_a_draining_node(client):
+    node(client)
+    before = client.post("/v1/runs?dry_run=true", json=contract("d"))
+    node(client, drain="graceful")
+    after = client.post("/v1/runs?dry_run=true", json=contract("d"))
+    assert before.status_code == after.status_code == 200
+    assert before.json() == after.json() == {"dry_run": True, "assigned": {"dut": "X"}, "width": 1}
+
+
+def test_list_runs_state_queued_shows_the_row(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    client.post("/v1/runs", json=contract("b"))
+    body = client.get("/v1/runs?state=QUEUED").json()
+    assert [r["run_id"] for r in body["runs"]] == ["b"]
+    assert "observed_at" in body
+    one = client.get("/v1/runs/b").json()
+    assert one["queue_position"] == 1 and one["wait_reason"]["code"] == "ALL_BUSY"
+    assert one["wait_reason"]["busy"] == ["X"]
+
+
+def test_a_result_promotes_the_waiting_run(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    client.post("/v1/runs", json=contract("b"))
+    r = finish(client, "a")
+    assert r.status_code == 200 and r.json()["settled"] == "PASSED"
+    assert client.get("/v1/runs/b").json()["state"] == "RUNNING"
+
+
+def test_a_cancel_promotes_the_waiting_run(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    client.post("/v1/runs", json=contract("b"))
+    assert client.post("/v1/runs/a/cancel").json()["verdict"] == "cancelled"
+    assert client.get("/v1/runs/b").json()["state"] == "RUNNING"
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def test_validation_errors_are_400_naming_the_field_never_422(client):
+    bad = contract("x")
+    bad["steps"][0]["after"] = ["ghost"]
+    r = client.post("/v1/runs", json=bad)
+    assert r.status_code == 400
+    assert r.json()["error"]["field"] == "steps[0].after"
+    r = client.post("/v1/runs", content=b"{oops", headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "invalid_contract")
+    r = client.post("/v1/nodes", json={"node_id": "X", "instance": "i"})
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "capabilities")
+    r = client.get("/v1/runs?limit=5000")
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "limit")
+    r = client.post(
+        "/v1/nodes", json={"node_id": "X", "capabilities": {"a": {"b": 1}}, "instance": "i"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["field"].startswith("capabilities")
+
+
+def test_unknown_things_are_404_and_oversized_bodies_413(client):
+    r = client.get("/v1/runs/nope")
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "unknown_run")
+    assert client.get("/v1/nowhere").status_code == 404
+    big = json.dumps({"roles": {}, "steps": [], "pad": "x" * (2 << 20)})
+    r = client.post("/v1/runs", content=big, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "body_too_large")
+
+
+def test_no_error_carries_internal_text(client):
+    """SECURITY-15: no paths, stack traces or SQL in any error."""
+    responses = [
+        client.post("/v1/runs", content=b"[1,2", headers={"content-type": "application/json"}),
+        client.get("/v1/runs?since=not-a-time"),
+        client.post("/v1/runs/nope/steps/0/claim", json={"node_id": "X"}),
+        client.get("/v1/runs/nope/record/../../etc/passwd"),
+    ]
+    for r in responses:
+        text = r.text.lower()
+        assert r.status_code < 500
+        for leak in (
+            "traceback",
+            "select ",
+            "insert ",
+            "psycopg",
+            "/work/",
+            ".py",
+            "site-packages",
+        ):
+            assert leak not in text, (r.status_code, text)
+
+
+def test_record_routes_serve_the_sealed_record_and_refuse_traversal(client, med):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    finish(client, "a")
+    manifest = client.get("/v1/runs/a/record").json()
+    assert manifest["sealed"] is True and "contract.json" in manifest["sha256"]
+    assert client.get("/v1/runs/a/record/contract.json").json()["run_id"] == "a"
+    for evil in ("../a/contract.json", "..%2F..%2Fetc%2Fpasswd", "%2e%2e/%2e%2e/etc/passwd",
+                 "steps/../../../../etc/passwd"):  # fmt: skip
+        assert client.get(f"/v1/runs/a/record/{evil}").status_code == 404
+
+
+# ---- auth (mediator.md §9) ------------------------------------------------------------------------
+
+
+def test_no_token_is_401_and_unknown_token_is_401(authed):
+    assert authed.get("/v1/runs").status_code == 401
+    assert authed.get("/v1/runs", headers=bearer("guess")).status_code == 401
+    assert authed.get("/v1/runs", headers=bearer("tc1")).status_code == 200
+
+
+def test_a_node_acting_for_another_node_is_403(authed):
+    assert node(authed, "N1", headers=bearer("tn1")).status_code == 200
+    r = node(authed, "N1", headers=bearer("tn2"))  # taking over N1's identity
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "not_your_node")
+    assert authed.get("/v1/nodes/N1/work", headers=bearer("tn2")).status_code == 403
+    assert authed.get("/v1/nodes/N1/work", headers=bearer("tn1")).status_code == 200
+
+
+def test_cancel_by_a_stranger_is_403_by_the_submitter_or_an_admin_200(authed):
+    node(authed, "N1", headers=bearer("tn1"))
+    assert authed.post("/v1/runs", json=contract("a"), headers=bearer("tc1")).status_code == 201
+    assert authed.post("/v1/runs/a/cancel", headers=bearer("tc2")).status_code == 403
+    assert authed.post("/v1/runs/a/cancel", headers=bearer("tad")).status_code == 200
+    authed.post("/v1/runs", json=contract("b"), headers=bearer("tc1"))
+    assert authed.post("/v1/runs/b/cancel", headers=bearer("tc1")).status_code == 200
+
+
+def test_roles_nodes_cannot_submit_and_clients_cannot_advertise(authed):
+    assert authed.post("/v1/runs", json=contract("a"), headers=bearer("tn1")).status_code == 403
+    assert node(authed, "N9", headers=bearer("tc1")).status_code == 403
+
+
+# ---- events, metrics, health ----------------------------------------------------------------------
+
+
+def test_events_stream_replays_committed_transitions_in_order(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    with client.stream("GET", "/v1/events?after=0&limit=2") as s:
+        lines = [line for line in s.iter_lines() if line.startswith(("id:", "event:"))]
+    assert lines == ["id: 1", "event: submitted", "id: 2", "event: lease_granted"]
+    with client.stream("GET", "/v1/events?limit=1", headers={"Last-Event-ID": "1"}) as s:
+        ids = [line for line in s.iter_lines() if line.startswith("id:")]
+    assert ids == ["id: 2"]
+
+
+def test_metrics_report_queue_depth_runs_by_state_waits_and_sweeps(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    client.post("/v1/runs", json=contract("b"))
+    text = client.get("/metrics").text
+    assert "mediator_queue_depth 1.0" in text
+    assert 'mediator_runs{state="RUNNING"} 1.0' in text
+    assert "mediator_queue_wait_seconds_bucket" in text
+    assert "mediator_sweep_duration_seconds_count" in text
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
