@@ -1,0 +1,431 @@
+"""The node daemon's loop: advertise, poll for work, claim, run the action, report (api.md §3).
+
+The daemon talks to the Mediator over HTTP only (``mediator.client``; api.md §5 forbids importing
+the store or the API). It is written as one :meth:`Daemon.tick` — advertise if due, poll, claim one
+step, run it, report — that tests call directly with a fake clock, a fake sleep and any client; the
+program's main loop (:meth:`Daemon.run`) only calls ``tick`` and idles between polls.
+
+Rules it follows, and why:
+
+* A fresh ``instance`` per start (uuid4): the Mediator's restart detection (mediator.md §7.5) tells
+  a restarted node from a live one by it, and refuses claims and results of an old instance.
+* Adverts every ``advert_ttl/3`` seconds, the TTL taken from each advert's answer (mediator.md §8:
+  the server paces its nodes), and during a long step too — adverts renew the run's lease.
+* A result the server did not receive (no answer, or 5xx) is kept and sent again before any new
+  claim; the server decides whether it still counts (409 ``stale_attempt``/``run_ended`` drop it).
+* 409 ``run_ended`` on a claim or a result: the run is over; the daemon stops working on it.
+* Drain (the policy travels in the advert): ``--drain`` sets it at start; :meth:`set_drain` (the
+  program wires SIGUSR1 → ``graceful``, SIGUSR2 → none) or a drain file change it while running.
+* :meth:`stop` (SIGTERM, SIGINT): advertise ``drain: graceful`` (an ``at-boundary`` drain is kept:
+  it is the stricter one), claim only steps of the run this node holds a lease for, and finish when
+  the server shows no lease for it — the current step and run finish, no new run starts. A second
+  :meth:`stop` finishes after the current step. While the server cannot be reached the daemon
+  cannot know whether it still holds a run, so it keeps trying (a second signal ends that).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from mediator.client import ApiError, Client, Unreachable
+from mediator.enode.actions import Action, Context, Outcome, Retry, load_actions, truncate
+
+log = logging.getLogger("mediator.enode")
+
+DRAIN_POLICIES: Final = ("", "graceful", "at-boundary")
+DEFAULT_POLL: Final = 1.0
+# Before the first advert answers we do not know the server's TTL; retry adverts this often.
+_RETRY_ADVERT: Final = 1.0
+# A 413 on a result means the log is too big for this server: send the tail that fits this.
+_SHORT_LOG: Final = 4 * 1024
+# Claim refusals after which no other step of this poll is worth trying.
+_STOP_POLL_CODES: Final = frozenset({"draining", "stale_instance"})
+
+
+class DaemonError(Exception):
+    """The server refused the node for good (400/401/403 on an advert): the program exits 1."""
+
+
+@dataclass
+class _Report:
+    run_id: str
+    seq: int
+    attempt: int
+    outcome: str
+    log: str
+
+
+class Daemon:
+    """One node: its identity, its policy and its loop.
+
+    Args:
+        client: The HTTP client (tests may pass one on an in-process server).
+        node_id: The node's id.
+        capabilities: The capability object it advertises.
+        label: A human label for panels.
+        drain: The drain policy at start: ``""``, ``"graceful"`` or ``"at-boundary"``.
+        instance: The instance id; a fresh uuid4 hex when ``None``.
+        actions: ``{name: action}``; the built-ins and installed plugins when ``None``.
+        poll_seconds: Idle time between work polls.
+        drain_file: A file whose content (``graceful``, ``at-boundary`` or empty) is the policy
+            while it exists; read at every tick. When it is removed, ``drain`` applies again.
+        clock: Monotonic seconds (tests: a fake).
+        sleep: How the daemon waits (tests: a fake that advances the fake clock). When ``None``,
+            idle waits end early on :meth:`stop` or :meth:`set_drain`.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        node_id: str,
+        capabilities: Mapping[str, Any],
+        *,
+        label: str = "",
+        drain: str = "",
+        instance: str | None = None,
+        actions: Mapping[str, Action] | None = None,
+        poll_seconds: float = DEFAULT_POLL,
+        drain_file: str | Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        _check_drain(drain)
+        self.client = client
+        self.node_id = node_id
+        self.capabilities = dict(capabilities)
+        self.label = label
+        self.instance = instance or uuid.uuid4().hex
+        self.actions = dict(load_actions() if actions is None else actions)
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+        self.drain = drain
+        self.advert_ttl: float | None = None
+        self.finished = False
+        self._start_drain = drain
+        self._drain_file = Path(drain_file) if drain_file is not None else None
+        self._drain_file_text: str | None = None
+        self._advertised_drain: str | None = None  # policy of the last advert the server took
+        self._next_advert = -float("inf")  # due at the first tick
+        self._ended: set[str] = set()
+        self._unreported: _Report | None = None
+        self._stopping = False
+        self._stop_now = False
+        self._fatal: DaemonError | None = None
+        self._down = False
+        self._wake = threading.Event()
+        self._sleep = sleep or time.sleep
+        self._idle = sleep or self._wait_for_wake
+
+    # ---- control (signal handlers call these) ----------------------------------------------------
+
+    def stop(self) -> None:
+        """First call: drain gracefully and finish the held run; second: finish after this step."""
+        if self._stopping:
+            self._stop_now = True
+            log.info("stopping after the current step")
+        else:
+            self._stopping = True
+            if self.drain != "at-boundary":
+                self._set_drain("graceful")
+            log.info("stopping: drain %s, finishing the current run", self.drain)
+        self._wake.set()
+
+    def set_drain(self, policy: str) -> None:
+        """Change the drain policy; the next tick advertises it. Ignored once stopping."""
+        _check_drain(policy)
+        if self._stopping:
+            log.info("drain %r ignored: the node is stopping", policy)
+            return
+        self._set_drain(policy)
+        self._wake.set()
+
+    def _set_drain(self, policy: str) -> None:
+        if policy != self.drain:
+            log.info("drain policy %r -> %r", self.drain, policy)
+            self.drain = policy
+            self._next_advert = -float("inf")
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Tick until finished. Returns the exit status: 0, or 1 if the server refused the node."""
+        log.info("node %s instance %s -> %s", self.node_id, self.instance, self.client.url)
+        try:
+            while not self.finished:
+                if not self.tick() and not self.finished:
+                    self._idle(self._idle_time())
+        except DaemonError as exc:
+            log.error("%s", exc)
+            return 1
+        log.info("node %s stopped", self.node_id)
+        return 0
+
+    def tick(self) -> bool:
+        """One iteration: advertise if due, poll, claim one step, run it, report.
+
+        Returns:
+            True if a step was run (the caller polls again at once), False if there was nothing
+            to do now (the caller idles).
+
+        Raises:
+            DaemonError: The server refused the advert for good.
+        """
+        if self.finished:
+            return False
+        self._read_drain_file()
+        self.advert_if_due()
+        self._raise_fatal()
+        if self._unreported is not None and not self._flush():
+            return False  # a result the server has not taken comes before any new claim
+        if self._stop_now:
+            self.finished = True
+            return False
+        try:
+            return self._poll_and_work()
+        except _NotNow:
+            return False
+
+    def _poll_and_work(self) -> bool:
+        only_run = self._held_run() if self._stopping else None
+        if self._stopping and only_run is None:
+            self.finished = True
+            return False
+        try:
+            steps = self.client.work(self.node_id)
+        except ApiError as exc:
+            self._note_failure("work poll", exc)
+            return False
+        self._ended &= {s["run_id"] for s in steps}  # a run no longer offered needs no memory
+        for step in steps:
+            if step["run_id"] in self._ended or step.get("kind", "exec") != "exec":
+                continue
+            if only_run is not None and step["run_id"] != only_run:
+                continue
+            claimed = self._claim(step)
+            if claimed is not None:
+                self._execute(claimed)
+                return True
+        return False
+
+    def _idle_time(self) -> float:
+        return max(0.0, min(self.poll_seconds, self._next_advert - self.clock()))
+
+    def _wait_for_wake(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    # ---- adverts -------------------------------------------------------------------------------
+
+    def advert_if_due(self) -> None:
+        """Advertise if the last advert is ``advert_ttl/3`` old (or the policy changed).
+
+        Safe to call from inside an action (it is the heartbeat): it never raises; a refusal for
+        good is kept and raised by the next :meth:`tick`.
+        """
+        now = self.clock()
+        if now < self._next_advert:
+            return
+        drain = self.drain
+        try:
+            ttl = self.client.advert(
+                self.node_id, self.capabilities, self.instance, label=self.label, drain=drain
+            )
+        except ApiError as exc:
+            if isinstance(exc, Unreachable) or exc.status >= 500 or exc.status == 429:
+                self._note_failure("advert", exc)
+                self._next_advert = now + min(_RETRY_ADVERT, self._interval())
+            else:
+                self._fatal = DaemonError(f"the Mediator refused node {self.node_id}: {exc}")
+                self._next_advert = float("inf")
+            return
+        self._note_recovery()
+        if self._advertised_drain != drain:
+            # The first advert, or a policy change: a line a person or a test can wait for.
+            log.info("advertised node %s (drain %r, advert ttl %g s)", self.node_id, drain, ttl)
+        self.advert_ttl = ttl
+        self._advertised_drain = drain
+        self._next_advert = now + self._interval()
+
+    def _interval(self) -> float:
+        return self.advert_ttl / 3 if self.advert_ttl else _RETRY_ADVERT
+
+    def _raise_fatal(self) -> None:
+        if self._fatal is not None:
+            self.finished = True
+            raise self._fatal
+
+    def _held_run(self) -> str | None:
+        """The run this node holds a lease for, or ``None``.
+
+        Known only after the server has taken a draining advert: before that a new run could
+        still be leased to this node between the answer and the exit.
+
+        Raises:
+            _NotNow: It cannot be known yet.
+        """
+        if not self._advertised_drain:
+            raise _NotNow
+        try:
+            fleet = self.client.nodes()
+        except ApiError as exc:
+            self._note_failure("fleet read", exc)
+            raise _NotNow from None
+        for node in fleet.get("nodes", []):
+            if node.get("node_id") == self.node_id:
+                lease = node.get("lease")
+                return str(lease["run_id"]) if lease else None
+        return None  # not listed: expired, so it holds nothing
+
+    # ---- claim, run, report ----------------------------------------------------------------------
+
+    def _claim(self, step: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The step as claimed, or ``None`` if this one is not to be had (try the next one).
+
+        Raises:
+            _NotNow: No step is to be had in this poll (no answer, or the node is refused).
+        """
+        run_id, seq = step["run_id"], step["seq"]
+        try:
+            return self.client.claim(run_id, seq, self.node_id, self.instance)
+        except ApiError as exc:
+            if isinstance(exc, Unreachable) or exc.status >= 500:
+                self._note_failure("claim", exc)
+                raise _NotNow from None
+            log.info("claim %s/%s refused: %s", run_id, seq, exc)
+            if exc.code == "run_ended":
+                self._ended.add(run_id)
+            elif exc.code == "stale_instance":
+                # The server has not seen this instance on the lease yet; an advert rebinds it
+                # (mediator.md §7.5) or fails the run, either way the next poll is right.
+                self._next_advert = -float("inf")
+            if exc.code in _STOP_POLL_CODES:
+                raise _NotNow from None
+            return None
+
+    def _execute(self, step: Mapping[str, Any]) -> None:
+        run_id, seq, attempt = step["run_id"], int(step["seq"]), int(step["attempt"])
+        uses = step.get("uses") or "shell"
+        log.info("run %s step %s (%s) attempt %s: %s", run_id, seq, step.get("name"), attempt, uses)
+        ctx = Context(
+            run_id=run_id,
+            seq=seq,
+            name=str(step.get("name", "")),
+            attempt=attempt,
+            node_id=self.node_id,
+            instance=self.instance,
+            heartbeat=self.advert_if_due,
+            sleep=self._sleep_with_heartbeat,
+        )
+        outcome = self._perform(uses, step.get("with") or {}, ctx)
+        log.info("run %s step %s: %s", run_id, seq, outcome.outcome)
+        self._unreported = _Report(run_id, seq, attempt, outcome.outcome, truncate(outcome.log))
+        self._flush()
+
+    def _perform(self, uses: str, with_: Mapping[str, Any], ctx: Context) -> Outcome:
+        action = self.actions.get(uses)
+        if action is None:
+            known = ", ".join(sorted(self.actions))
+            return Outcome("fail", f"unknown action {uses!r}; this node has: {known}\n")
+        try:
+            result = action(with_, ctx)
+        except Retry as exc:
+            return Outcome("retry", f"{exc}\n" if str(exc) else "")
+        except Exception:  # the action is someone else's code: its failure is the step's
+            return Outcome("fail", traceback.format_exc())
+        if not isinstance(result, Outcome):
+            return Outcome("fail", f"action {uses!r} returned {result!r}, not an Outcome\n")
+        return result
+
+    def _sleep_with_heartbeat(self, seconds: float) -> None:
+        end = self.clock() + seconds
+        while (left := end - self.clock()) > 0:
+            self.advert_if_due()
+            self._sleep(max(0.0, min(left, self._next_advert - self.clock())))
+
+    def _flush(self) -> bool:
+        """Send the kept result. False if it must be sent again later."""
+        r = self._unreported
+        assert r is not None
+        try:
+            answer = self.client.report(
+                r.run_id,
+                r.seq,
+                node_id=self.node_id,
+                instance=self.instance,
+                attempt=r.attempt,
+                outcome=r.outcome,
+                log=r.log,
+            )
+        except ApiError as exc:
+            if isinstance(exc, Unreachable) or exc.status >= 500:
+                self._note_failure("result", exc)
+                return False
+            if exc.status == 413 and len(r.log) > _SHORT_LOG:
+                r.log = truncate(r.log, _SHORT_LOG)
+                return self._flush()
+            log.warning("result of %s/%s refused: %s", r.run_id, r.seq, exc)
+            if exc.code == "run_ended":
+                self._ended.add(r.run_id)
+            self._unreported = None
+            return True
+        self._note_recovery()
+        self._unreported = None
+        if answer.get("settled"):
+            log.info("run %s settled %s", r.run_id, answer["settled"])
+        return True
+
+    # ---- small helpers -------------------------------------------------------------------------
+
+    def _read_drain_file(self) -> None:
+        if self._drain_file is None:
+            return
+        try:
+            text: str | None = self._drain_file.read_text("utf-8").strip()
+        except FileNotFoundError:
+            text = None
+        except OSError as exc:
+            log.warning("cannot read drain file %s: %s", self._drain_file, exc)
+            return
+        if text == self._drain_file_text:
+            return  # only a change applies, so a signal's change holds until the file changes
+        self._drain_file_text = text
+        policy = self._start_drain if text is None else text
+        if policy not in DRAIN_POLICIES:
+            log.warning(
+                "drain file %s: %r is not one of %s", self._drain_file, policy, DRAIN_POLICIES
+            )
+            return
+        if self._stopping:
+            return
+        self._set_drain(policy)
+
+    def _note_failure(self, what: str, exc: ApiError) -> None:
+        # One line when the server goes away, not one per poll.
+        if isinstance(exc, Unreachable) or exc.status >= 500:
+            if not self._down:
+                log.warning("%s failed: %s (retrying)", what, exc)
+            self._down = True
+        else:
+            log.warning("%s failed: %s", what, exc)
+
+    def _note_recovery(self) -> None:
+        if self._down:
+            log.info("the Mediator answers again")
+            self._down = False
+
+
+class _NotNow(Exception):
+    """This tick cannot go on (no answer, or the node is refused claims): idle, then retry."""
+
+
+def _check_drain(policy: str) -> None:
+    if policy not in DRAIN_POLICIES:
+        raise ValueError(f"drain policy must be one of {DRAIN_POLICIES}, not {policy!r}")

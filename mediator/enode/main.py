@@ -1,0 +1,184 @@
+"""``enode`` command line: start one node daemon against a Mediator (api.md §3).
+
+::
+
+    enode --url http://127.0.0.1:8640 --node-id bench-1 --caps caps.toml [--label L] [--token T]
+          [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS]
+
+``--caps`` is a JSON or TOML file holding one object of capabilities (TOML when the name ends in
+``.toml``). ``--url`` and ``--token`` default to ``$MEDIATOR_URL`` and ``$MEDIATOR_TOKEN``.
+
+Signals: SIGTERM or SIGINT drains gracefully — the current step and run finish, no new run starts —
+then the program exits 0; a second one exits after the current step. SIGUSR1 sets the drain policy
+to ``graceful`` and SIGUSR2 clears it, without stopping. ``--drain-file``: while the file exists its
+content (``graceful``, ``at-boundary`` or empty) is the policy; each change applies at the next
+poll, and removing the file brings back the ``--drain`` policy.
+
+Exit status: 0 after a stop, 1 if the Mediator refuses the node (bad token, another owner's
+``node_id``, invalid capabilities), 2 for usage errors (arguments, an unreadable caps file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mediator.client import DEFAULT_URL, Client
+from mediator.enode.daemon import DEFAULT_POLL, Daemon
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="enode",
+        description="Serve a Mediator as one node: advertise, claim steps, run them, report.",
+    )
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("MEDIATOR_URL") or DEFAULT_URL,
+        help=f"Mediator base URL (default: $MEDIATOR_URL or {DEFAULT_URL})",
+    )
+    parser.add_argument("--node-id", required=True, help="this node's id")
+    parser.add_argument(
+        "--caps", required=True, metavar="FILE", help="capabilities: a JSON or TOML object"
+    )
+    parser.add_argument("--label", default="", help="a label for people (default: none)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("MEDIATOR_TOKEN") or None,
+        help="bearer token (default: $MEDIATOR_TOKEN)",
+    )
+    parser.add_argument(
+        "--drain",
+        choices=("graceful", "at-boundary"),
+        default="",
+        help="start with this drain policy",
+    )
+    parser.add_argument(
+        "--drain-file",
+        metavar="PATH",
+        help="a file whose content is the drain policy while it exists",
+    )
+    parser.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=DEFAULT_POLL,
+        metavar="SECONDS",
+        help=f"seconds between work polls when idle (default {DEFAULT_POLL:g})",
+    )
+    return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
+    return value
+
+
+def read_capabilities(path: str) -> dict[str, Any]:
+    """Read a capabilities object from a JSON or TOML file.
+
+    Raises:
+        ValueError: The file cannot be read or does not hold one object.
+    """
+    try:
+        text = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        caps = tomllib.loads(text) if path.endswith(".toml") else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "TOML" if path.endswith(".toml") else "JSON"
+        raise ValueError(f"{path} is not valid {kind}: {exc}") from None
+    if not isinstance(caps, dict):
+        raise ValueError(f"{path} must hold one object of capabilities, not {type(caps).__name__}")
+    return caps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the daemon until it is stopped.
+
+    Args:
+        argv: Arguments without the program name; ``None`` reads ``sys.argv``.
+
+    Returns:
+        The exit status (see the module docstring).
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        caps = read_capabilities(args.caps)
+    except ValueError as exc:
+        print(f"enode: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with _logging(args.node_id), Client(args.url, args.token) as client:
+        daemon = Daemon(
+            client,
+            args.node_id,
+            caps,
+            label=args.label,
+            drain=args.drain,
+            poll_seconds=args.poll,
+            drain_file=args.drain_file,
+        )
+        with _signals(daemon):
+            return daemon.run()
+
+
+@contextmanager
+def _logging(node_id: str) -> Iterator[None]:
+    logger = logging.getLogger("mediator.enode")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s enode[{node_id}] %(levelname)s %(message)s")
+    )
+    logger.addHandler(handler)
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+@contextmanager
+def _signals(daemon: Daemon) -> Iterator[None]:
+    """Wire the signals of the module docstring to the daemon, and restore the old handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread (in-process tests)
+        return
+    wanted = {
+        signal.SIGTERM: lambda *_: daemon.stop(),
+        signal.SIGINT: lambda *_: daemon.stop(),
+        signal.SIGUSR1: lambda *_: daemon.set_drain("graceful"),
+        signal.SIGUSR2: lambda *_: daemon.set_drain(""),
+    }
+    old = {sig: signal.signal(sig, handler) for sig, handler in wanted.items()}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
