@@ -87,7 +87,7 @@ def finish(client, run_id, node_id="X", headers=None):
 
 
 def test_the_route_table_is_the_18_routes_of_api_md(med):
-    """api.md §1: a route that disappears or changes fails here (seed 000 §6 '라우트 18개 회귀 0')."""
+    """api.md §1: a route that disappears or changes fails here (seed 000 §6: 18 routes)."""
     app = create_app(med)
     routes = {
         (m, r.path)
@@ -106,7 +106,7 @@ def test_openapi_document_lists_the_api(client):
     assert expected - {"/openapi.json"} == set(paths)
 
 
-# ---- seed 000 §6.1, internal/api -----------------------------------------------------------------
+# ---- seed 000 §6.1, internal/api ----
 
 
 def test_409_situation_gives_202_queued_without_assigned_or_reject(client):
@@ -175,7 +175,7 @@ def test_a_cancel_promotes_the_waiting_run(client):
     assert client.get("/v1/runs/b").json()["state"] == "RUNNING"
 
 
-# ---- errors -----------------------------------------------------------------------------------
+# ---- errors ----
 
 
 def test_validation_errors_are_400_naming_the_field_never_422(client):
@@ -240,7 +240,7 @@ def test_record_routes_serve_the_sealed_record_and_refuse_traversal(client, med)
         assert client.get(f"/v1/runs/a/record/{evil}").status_code == 404
 
 
-# ---- auth (mediator.md §9) ------------------------------------------------------------------------
+# ---- auth (mediator.md §9) ----
 
 
 def test_no_token_is_401_and_unknown_token_is_401(authed):
@@ -271,7 +271,7 @@ def test_roles_nodes_cannot_submit_and_clients_cannot_advertise(authed):
     assert node(authed, "N9", headers=bearer("tc1")).status_code == 403
 
 
-# ---- events, metrics, health ----------------------------------------------------------------------
+# ---- events, metrics, health ----
 
 
 def test_events_stream_replays_committed_transitions_in_order(client):
