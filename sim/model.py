@@ -629,7 +629,7 @@ class Model:
         self.runs.append(run)
         self.counts["submit"] += 1
         if self.record_events:
-            self._log("submitted", arrival.run_id)
+            self.ev.append((self.now, "submitted", arrival.run_id, "", ""))
         code, chosen = self._match(info)
         if code == OK:
             assert chosen is not None
@@ -650,7 +650,7 @@ class Model:
         """WakeQueued (§7.2)."""
         self.counts["wake"] += 1
         if self.record_events:
-            self._log("wake", "", "", str(point))
+            self.ev.append((self.now, "wake", "", "", str(point)))
         if not self.nq or not self._any_free_live():
             return
         heads: list[tuple[int, int, _Needs]] = []
@@ -727,7 +727,7 @@ class Model:
             n.lease = lease = _Lease(n, run, n.instance, now, self.lease_ttl)
             free.discard(n)
             if log:
-                self._log("lease_granted", rid, n.node_id)
+                self.ev.append((self.now, "lease_granted", rid, n.node_id, ""))
             if not n.up:  # a live but dark node: nothing will renew this lease
                 self._schedule_reap(lease.not_after)
         node_open = run.node_open
@@ -739,7 +739,7 @@ class Model:
         self.counts["promote"] += 1
         self.promos.append((now, rid, ids, how, point))
         if log:
-            self._log("promoted" if how == "promoted" else "started", rid, ids)
+            self.ev.append((self.now, "promoted" if how == "promoted" else "started", rid, ids, ""))
         if shape.has_ask:
             self._raise_asks(run)
         for n in nodes:
@@ -794,7 +794,7 @@ class Model:
         node.busy = step
         self.counts["claim"] += 1
         if self.record_events:
-            self._log("claimed", run.arrival.run_id, node.node_id, str(step.idx))
+            self.ev.append((self.now, "claimed", run.arrival.run_id, node.node_id, str(step.idx)))
         att = run.arrival.step_outcomes[step.idx][step.attempt - 1]
         self.progress += 1
         heapq.heappush(
@@ -831,7 +831,7 @@ class Model:
             self._try_claim(node)
             return
         if self.record_events:
-            self._log("result", rid, node.node_id, outcome)
+            self.ev.append((self.now, "result", rid, node.node_id, outcome))
         self._finish_step(step, PASSED if outcome == "pass" else FAILED)
         self._wake(1)
         self._claims_after(run)
@@ -908,7 +908,7 @@ class Model:
         run.verdict = "fail" if run.failed else "pass"
         run.ended = self.now
         if self.record_events:
-            self._log("settled", run.arrival.run_id, "", run.verdict)
+            self.ev.append((self.now, "settled", run.arrival.run_id, "", run.verdict))
         for n in run.nodes:
             if n.lease is not None and n.lease.run is run:
                 self._release(n)
@@ -939,7 +939,7 @@ class Model:
         rid = lease.run.arrival.run_id
         self.lease_rows.append((node.node_id, rid, lease.granted_at, self.now))
         if self.record_events:
-            self._log("lease_released", rid, node.node_id)
+            self.ev.append((self.now, "lease_released", rid, node.node_id, ""))
 
     # -- reaper ---------------------------------------------------------------------------------
 
