@@ -655,6 +655,10 @@ class Model:
             return
         heads: list[tuple[int, int, _Needs]] = []
         for info in self.qkeys:
+            if info.head > 1024 and info.head * 2 > len(info.queue):
+                # drop the promoted prefix; only here, where no position is held in `heads`
+                del info.queue[: info.head]
+                info.head = 0
             pos = self._first_queued(info, info.head)
             if pos is not None:
                 heads.append((info.queue[pos].seq, pos, info))
@@ -700,9 +704,6 @@ class Model:
             q.clear()
             info.head = 0
             self.qkeys.discard(info)
-        elif info.head > 1024 and info.head * 2 > len(q):
-            del q[: info.head]
-            info.head = 0
         self._close_stuck(run)
 
     def _start(self, run: _Run, chosen: list[_Node], how: str, point: int) -> None:
@@ -778,11 +779,16 @@ class Model:
         if self.latency and not now:
             if not node.claim_pending:
                 node.claim_pending = True
-                self._push(self.now + self.latency, CLAIM, node.idx, self._on_claim, node)
+                self._push(
+                    self.now + self.latency, CLAIM, node.idx, self._on_claim, (node, node.run_epoch)
+                )
             return
         self._claim(node, step)
 
-    def _on_claim(self, node: _Node) -> None:
+    def _on_claim(self, arg: tuple[_Node, int]) -> None:
+        node, epoch = arg
+        if epoch != node.run_epoch:
+            return  # the daemon that meant to claim is gone; its successor polls anew
         node.claim_pending = False
         self._try_claim(node, now=True)
 
@@ -1029,6 +1035,7 @@ class Model:
         if kind == "vanish" and node.up:
             node.up = False
             node.run_epoch += 1
+            node.claim_pending = False
             node.advert_epoch += 1
             node.busy = None
             if node.lease is not None:
@@ -1049,6 +1056,7 @@ class Model:
             self._advert(node)
         elif kind == "restart" and node.up:
             node.run_epoch += 1
+            node.claim_pending = False
             node.busy = None
             self._new_instance(node)
             self._advert(node)

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -28,6 +29,8 @@ from sim.scenarios import (
     Template,
     Workload,
 )
+from sim.traces import fifo_waits
+from sim.workload import materialize
 
 
 def one(name: str, needs: dict[str, Any], dur: float, **step: Any) -> Template:
@@ -468,3 +471,30 @@ def test_the_model_does_not_import_mediator() -> None:
                 assert not any(a.name.split(".")[0] == "mediator" for a in node.names), name
             elif isinstance(node, ast.ImportFrom):
                 assert (node.module or "").split(".")[0] != "mediator", name
+
+
+def test_I7_a_burst_queue_of_thousands_stays_fifo() -> None:
+    """I7 with a queue long enough that the model compacts its FIFO lists: one-role runs on
+    identical nodes must still wait exactly as the FIFO multi-server recursion says."""
+    plan = materialize(S.burst(nodes=3, burst_count=5000, spread_s=10.0, runs=6000))
+    result = run_model(plan, record_events=False)
+    assert result.queue["length"].max() > 2500
+    arrivals = np.array([a.at_s for a in plan.arrivals])
+    durations = np.array([a.step_outcomes[0][0].duration_s for a in plan.arrivals])
+    np.testing.assert_allclose(
+        result.runs["wait_s"].to_numpy(), fifo_waits(arrivals, durations, 3), rtol=0, atol=2e-6
+    )
+
+
+def test_claim_latency_and_a_restart_between_promotion_and_claim() -> None:
+    """A restart while a claim is pending: nothing ran yet, so the lease is rebound and the new
+    daemon claims after its own latency."""
+    sc = scripted(
+        {"n": {"pool": "lab"}},
+        (one("job", {"pool": "lab"}, 10.0),),
+        ((0.0, "job"),),
+        events=(FleetEvent(1.0, "n000", "restart"),),
+        claim_latency_s=2.0,
+    )
+    r = runs(run_model(sc))["r0000000"]
+    assert (r["verdict"], r["started_at"], r["ended_at"]) == ("pass", 0.0, 13.0)
