@@ -127,9 +127,7 @@ def shell(with_: Mapping[str, Any], ctx: Context) -> Outcome:
     cmd = with_.get("cmd")
     is_argv = isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)
     if not (isinstance(cmd, str) and cmd.strip()) and not is_argv:
-        return Outcome(
-            "fail", f"shell: `cmd` must be a command string or a list of strings, not {cmd!r}"
-        )
+        return Outcome("fail", f"shell: `cmd` must be a string or a list of strings, not {cmd!r}")
     try:
         timeout = _seconds(with_, "timeout", required=False)
     except ValueError as exc:
@@ -209,15 +207,14 @@ def load_actions(found: Iterable[EntryPoint] | None = None) -> dict[str, Action]
     for ep in entry_points(group=ENTRY_POINT_GROUP) if found is None else found:
         if ep.name in BUILTINS:
             log.warning(
-                "ignoring plugin action %r (%s): a built-in has that name", ep.name, ep.value
+                "plugin action %r (%s) ignored: a built-in has that name", ep.name, ep.value
             )
             continue
         try:
             loaded = ep.load()
         except Exception as exc:  # any import error of third-party code
-            log.error(
-                "cannot load action %r from %s: %s: %s", ep.name, ep.value, type(exc).__name__, exc
-            )
+            why = f"{type(exc).__name__}: {exc}"
+            log.error("cannot load action %r from %s: %s", ep.name, ep.value, why)
             continue
         if not callable(loaded):
             log.error("action %r from %s is not callable", ep.name, ep.value)
