@@ -25,18 +25,22 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
   rollback (no release, no wake, R15) unless it was the `max_attempts`-th attempt, which fails;
   a failed step SKIPs its dependants; a node whose steps in the run are all terminal is released
   at once (partial release); all steps terminal → settle PASSED/FAILED.
-- wake points (§7.3): 1 result/answer (not after a retry rollback), 3 reaper only if it released,
-  4 advert handler lost a run (restart) or finished an at-boundary drain, 6 drain cleared,
-  7 node (re)appears (only with `wake_on_return`), 8 submit's guard. (2 cancel: the plan has no
-  cancels; 5 process start: the queue is empty then.)
+- wake points (§7.3): 1 result/answer (not after a retry rollback; a late result for an ended
+  run wakes only if it freed the node's lease), 3 reaper only if it released, 4 advert handler
+  lost a run (restart) or finished an at-boundary drain, 6 drain cleared, 7 node (re)appears
+  (only with `wake_on_return`), 8 submit's guard. (2 cancel: the plan has no cancels; 5 process
+  start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
+  end a stuck interval early.
 - leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs at
-  k·renew_s; a lost run's open steps are SKIPPED. Restart detection: an advert with a new instance
-  loses the run if a step of it on this node was CLAIMED, PASSED or FAILED under the lease's
-  instance (a retried, now PENDING step does not count), else rebinds the lease. A node still
-  running a CLAIMED step of an ended run keeps its lease until that step's result (I2).
+  k·renew_s; a lost run's open steps are SKIPPED. Restart detection: an advert with a new
+  instance whose lease belongs to an ended run frees it; else it loses the run if a step of it on
+  this node has an attempt under the lease's instance (`attempt > 0 and instance == old`, a
+  rolled-back step included), else rebinds the lease. A node still running a CLAIMED step of an
+  ended run keeps its lease until that step's result (I2) or expiry.
 - drain: `graceful` — unavailable, the current run finishes; `at-boundary` — unavailable, claims
-  refused, and an advert that finds no CLAIMED step of its run on the node ends the run
-  FAILED/`drained` (wake 4).
+  refused, and once a leased node of the run has no CLAIMED step the run ends FAILED/`drained`
+  with its open steps SKIPPED. That is checked by the node's adverts (wake 4) and by every result
+  or answer transaction of the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
 
 The fleet as the daemons behave (the contract the real-Mediator engine must follow too):
 
@@ -104,8 +108,6 @@ RESULT, CLAIM, FLEET, ADVERT, REAPER, ARRIVAL, MARK = range(7)
 # Run and step states.
 QUEUED, RUNNING, PASSED, FAILED = "QUEUED", "RUNNING", "PASSED", "FAILED"
 PENDING, CLAIMED, ASKED, SKIPPED = "PENDING", "CLAIMED", "ASKED", "SKIPPED"
-_TERMINAL: Final = frozenset((PASSED, FAILED, SKIPPED))
-_RAN: Final = frozenset((CLAIMED, PASSED, FAILED))
 
 OK, NO_CANDIDATE, ALL_BUSY, TOO_WIDE = "OK", "NO_CANDIDATE", "ALL_BUSY", "TOO_WIDE"
 
@@ -824,12 +826,14 @@ class Model:
         rid = run.arrival.run_id
         self.counts["report"] += 1
         if run.state != RUNNING:
-            # 409 run_ended, but the lease kept for this step is freed (I2), and the result wakes.
+            # 409 run_ended: the late result is recorded and the lease kept for this step is
+            # freed (I2's exception ends here); it wakes only if that released the node.
+            step.state = PASSED if outcome == "pass" else FAILED
             self._log("result", rid, node.node_id, "run_ended")
             lease = node.lease
             if lease is not None and lease.run is run:
                 self._release(node)
-            self._wake(1)
+                self._wake(1)
             return
         if outcome == "retry" and step.attempt < self.max_attempts:
             step.state = PENDING  # R15: a rollback — no release, no wake
@@ -899,6 +903,15 @@ class Model:
         if run.open == 0:
             self._settle(run)
             return
+        for n in run.nodes:  # at-boundary drain, checked in the result transaction too (§7.5)
+            if (
+                n.drain == "at-boundary"
+                and n.lease is not None
+                and n.lease.run is run
+                and not any(s.node is n and s.state == CLAIMED for s in steps)
+            ):
+                self._end_run(run, "drained")
+                return
         if run.shape.has_ask:
             self._raise_asks(run)
         node_open = run.node_open
@@ -999,10 +1012,12 @@ class Model:
             run = lease.run
             if lease.instance != node.instance:  # restart detection
                 old = lease.instance
-                if any(s.node is node and s.instance == old and s.state in _RAN for s in run.steps):
+                if run.state != RUNNING:  # a late lease for a step its dead daemon never reports
                     self._release(node)
-                    if run.state == RUNNING:
-                        self._end_run(run, "lost")
+                    released = True
+                elif any(s.node is node and s.attempt and s.instance == old for s in run.steps):
+                    self._release(node)  # something ran under the old instance: lost
+                    self._end_run(run, "lost")
                     released = True
                 else:
                     lease.instance = node.instance  # nothing ran there yet: rebind

@@ -427,8 +427,9 @@ def test_graceful_drain_lets_the_run_finish_and_undrain_wakes_the_queue() -> Non
     assert (80.0, "6") in wakes(result)
 
 
-def test_at_boundary_drain_stops_the_run_at_the_next_advert_without_a_claimed_step() -> None:
-    """at-boundary: claims refused; the next advert finds no CLAIMED step → drained, wake 4."""
+def test_at_boundary_drain_stops_the_run_once_the_node_has_no_claimed_step() -> None:
+    """at-boundary: claims refused; the run ends FAILED/drained once the node has no CLAIMED step
+    — found by the result transaction of s1 (wake 1), as `mediator.lifecycle` does."""
     tpl = Template(
         "three",
         {"node": {"pool": "lab"}},
@@ -445,8 +446,25 @@ def test_at_boundary_drain_stops_the_run_at_the_next_advert_without_a_claimed_st
     )
     result = run_model(sc)
     r = runs(result)["r0000000"]
-    assert (r["verdict"], r["ended_at"]) == ("drained", 30.0)  # s1's result, then the advert at 30
-    assert (30.0, "4") in wakes(result)
+    assert (r["verdict"], r["ended_at"]) == ("drained", 30.0)
+    assert (30.0, "1") in wakes(result)
+
+
+def test_at_boundary_drain_of_an_idle_leased_node_is_found_by_its_advert() -> None:
+    """The drain advert itself finds n2 holding a lease with nothing CLAIMED: drained, wake 4."""
+    sc = scripted(
+        {"n1": {"id": 1}, "n2": {"id": 2}},
+        (_two_node_run(after=True),),
+        ((0.0, "two"),),
+        events=(FleetEvent(5.0, "n2000", "drain", "at-boundary"),),
+    )
+    result = run_model(sc)
+    r = runs(result)["r0000000"]
+    assert (r["verdict"], r["ended_at"]) == ("drained", 5.0)
+    assert (5.0, "4") in wakes(result)
+    leases = result.leases.set_index("node_id")
+    assert leases.loc["n2000", "released_at"] == 5.0
+    assert leases.loc["n1000", "released_at"] == 50.0  # n1 kept its lease for its CLAIMED s1 (I2)
 
 
 # -- determinism and the boundary ----------------------------------------------------------------
