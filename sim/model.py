@@ -903,12 +903,12 @@ class Model:
         if run.open == 0:
             self._settle(run)
             return
-        for n in run.nodes:  # at-boundary drain, checked in the result transaction too (§7.5)
+        for held in run.nodes:  # at-boundary drain, checked in the result transaction too (§7.5)
             if (
-                n.drain == "at-boundary"
-                and n.lease is not None
-                and n.lease.run is run
-                and not any(s.node is n and s.state == CLAIMED for s in steps)
+                held.drain == "at-boundary"
+                and held.lease is not None
+                and held.lease.run is run
+                and not any(s.node is held and s.state == CLAIMED for s in steps)
             ):
                 self._end_run(run, "drained")
                 return
