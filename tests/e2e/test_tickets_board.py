@@ -353,9 +353,16 @@ def test_the_board_rereads_the_files_without_a_reload(page: Page, board: Board) 
     assert int(page.locator("body").get_attribute("data-refreshes") or "0") > refreshes
 
 
+def folder(queue: QueueDir) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(queue.root.iterdir())}
+
+
 def test_everything_comes_from_the_board_server_and_the_help_shows_the_fields(
     page: Page, board: Board
 ) -> None:
+    """No CDN, no network; and looking at the board writes nothing (seed 001: the app only reads
+    the files – it keeps no "resolved" flag or any other second truth)."""
+    before = folder(board.queue)
     requested: list[str] = []
     page.on("request", lambda request: requested.append(request.url))
     page.goto(board.url)
@@ -364,4 +371,11 @@ def test_everything_comes_from_the_board_server_and_the_help_shows_the_fields(
     expect(page.locator("#help-table tbody tr")).to_have_count(6)
     expect(page.locator("#help-table")).to_contain_text("session_id, claimed_at, heartbeat_at")
     expect(page.locator("#help-table")).to_contain_text("the worker (engine)")
+    page.locator("#help-dialog button").click()
+    expect(page.locator("#help-dialog")).to_be_hidden()
+    page.goto(f"{board.url}#/ticket/{board.tickets.ask_detail}")
+    expect(page.locator("#log-box.answer-mode")).to_be_visible()
+    page.click("#bell-button")
+    expect(page.locator("#bell-answers li")).to_have_count(3)
     assert requested and all(url.startswith(board.url) for url in requested)
+    assert folder(board.queue) == before

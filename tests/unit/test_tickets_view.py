@@ -72,6 +72,14 @@ def test_the_answer_badge_counts_whole_days_and_the_bell_offers_an_answer() -> N
     ]
 
 
+def test_an_old_question_never_expires_it_only_shows_its_age() -> None:
+    """Seed 001: no automatic expiry or cancel; an old badge is a signal for a person."""
+    asked = datetime(2024, 1, 30, 13, 0, tzinfo=UTC)
+    queue = [ticket("old", awaiting_answer_since=asked, question="Still there?")]
+    card = view.board(judge(queue), now=NOW)["lanes"][0]["cards"][0]
+    assert (card["status"], card["answer"]["days"]) == ("answer waiting", 399)
+
+
 def test_cards_carry_the_deps_tag_and_the_priority_meter() -> None:
     queue = [ticket("x", priority=1), ticket("y", priority=4, deps=("x", "gone"))]
     cards = {c["hash"]: c for c in view.board(judge(queue), now=NOW)["lanes"][0]["cards"]}
