@@ -1,0 +1,298 @@
+"""runctl against the real API (api.md §2): every command's output, exit status and ``--json``.
+
+The server is the real FastAPI app on a per-test database, served by uvicorn in a thread on a
+loopback socket bound by the test. Nodes are enode daemons driven one ``tick()`` at a time in this
+thread; ``watch`` and ``submit --wait`` get a ``sleep`` that ticks the node, so a run advances
+exactly between two polls and nothing really sleeps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from mediator import Config, Mediator
+from mediator.api import create_app
+from mediator.api.auth import Tokens
+from mediator.cli import runctl
+from mediator.client import Client
+from mediator.enode.daemon import Daemon
+
+pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def med(dsn: str, tmp_path: Any) -> Iterator[Mediator]:
+    m = Mediator.connect(dsn, config=Config(), records_root=str(tmp_path / "records"))
+    yield m
+    m.close()
+
+
+@pytest.fixture
+def serve(med: Mediator) -> Iterator[Any]:
+    """``serve(tokens=None) -> url``: the real app on a loopback port, stopped after the test."""
+    running: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+
+    def start(tokens: Tokens | None = None) -> str:
+        sock = socket.create_server(("127.0.0.1", 0))
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(med, tokens), log_level="warning", lifespan="on")
+        )
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        running.append((server, thread, sock))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for server, thread, sock in running:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def url(serve: Any) -> str:
+    return str(serve())
+
+
+@pytest.fixture
+def nodes(url: str) -> Iterator[Any]:
+    """``nodes(node_id, **caps) -> Daemon``: an enode on its own client, advertised once."""
+    clients: list[Client] = []
+
+    def start(node_id: str, **caps: Any) -> Daemon:
+        clients.append(Client(url))
+        d = Daemon(clients[-1], node_id, caps, sleep=lambda s: None)
+        d.tick()
+        return d
+
+    yield start
+    for c in clients:
+        c.close()
+
+
+class Runctl:
+    """``runctl(*argv)`` in-process against ``url``: returns the exit status, keeps the output."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.out = ""
+        self.err = ""
+
+    def __call__(self, *argv: str, **kw: Any) -> int:
+        out, err = io.StringIO(), io.StringIO()
+        code = runctl.main(["--url", self.url, *argv], stdout=out, stderr=err, **kw)
+        self.out, self.err = out.getvalue(), err.getvalue()
+        return code
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+    @property
+    def body(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(url: str) -> Runctl:
+    return Runctl(url)
+
+
+def write(tmp_path: Any, name: str, run_id: str, **needs: Any) -> str:
+    path = tmp_path / f"{name}.json"
+    doc = {
+        "run_id": run_id,
+        "roles": {"dut": needs or {"board": "x"}},
+        "steps": [{"name": "build", "role": "dut", "with": {"cmd": "true"}}],
+    }
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_the_checkpoint_in_process(cli, nodes, tmp_path):
+    """api.md §2's checkpoint, with the node ticked by hand where the real one would poll."""
+    node = nodes("a", board="x")
+    assert cli("submit", write(tmp_path, "a", "run-a")) == 0
+    assert cli.lines == ["201 · RUNNING", "run-a"]
+    assert cli("submit", write(tmp_path, "b", "run-b")) == 0
+    assert cli.lines == ["202 · QUEUED", "run-b"]
+    assert cli("status", "run-b") == 0
+    assert cli.lines[:4] == [
+        "QUEUED",
+        "run       run-b",
+        "position  1",
+        'waiting   ALL_BUSY: Every node that can serve role "dut" is busy or draining (a); the '
+        "run waits until one is released.",
+    ]
+    assert node.tick() is True  # a's last result POST returns
+    assert cli("status", "run-b") == 0
+    assert cli.lines[0] == "RUNNING"  # wake is synchronous: no sleep, no retry
+    assert cli("submit", write(tmp_path, "c", "run-c", board="nope")) == 3
+    assert cli.lines == [
+        "422 · FAILED",
+        "run-c",
+        'NO_CANDIDATE: No live node can serve role "dut" (needs {"board": "nope"}); change the '
+        "contract or bring such a node online.",
+    ]
+
+
+def test_json_prints_the_body_and_keeps_the_exit_status(cli, nodes, tmp_path, med):
+    nodes("a", board="x")
+    assert cli("--json", "submit", write(tmp_path, "a", "run-a")) == 0
+    assert cli.body == json.loads(json.dumps(med.get_run("run-a").to_dict()))
+    assert cli("submit", write(tmp_path, "a", "run-a"), "--json") == 0  # R3: the same run again
+    assert (cli.body["run_id"], cli.body["state"]) == ("run-a", "RUNNING")
+    assert cli("submit", write(tmp_path, "c", "run-c", board="nope"), "--json") == 3
+    assert (cli.body["state"], cli.body["reject"]["code"]) == ("FAILED", "NO_CANDIDATE")
+    assert cli("status", "nope", "--json") == 1
+    assert cli.body == {"error": {"code": "unknown_run", "message": "No run with run_id 'nope'.",
+                                  "field": None}}  # fmt: skip
+
+
+def test_a_resubmit_answers_200_with_the_stored_run(cli, nodes, tmp_path):
+    nodes("a", board="x")
+    path = write(tmp_path, "a", "run-a")
+    cli("submit", path)
+    assert cli("submit", path) == 0
+    assert cli.lines == ["200 · RUNNING", "run-a"]
+
+
+def test_errors_print_one_line_and_exit_1(cli, tmp_path):
+    assert cli("status", "nope") == 1
+    assert (cli.out, cli.err) == ("", "runctl: 404 unknown_run: No run with run_id 'nope'.\n")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"roles": {}, "steps": [{"name": "x", "role": "dut"}]}')
+    assert cli("submit", str(bad)) == 1
+    assert cli.err.startswith("runctl: 400 ")
+    assert "(field steps[0].role)" in cli.err
+
+
+def test_a_dry_run_creates_nothing(cli, nodes, tmp_path, med):
+    nodes("a", board="x")
+    assert cli("submit", write(tmp_path, "a", "run-a"), "--dry-run") == 0
+    assert cli.lines == ["200 · DRY RUN", "assigned  dut=a", "width     1"]
+    assert med.list_runs().runs == ()
+
+
+def test_list_and_nodes_show_the_fleet_and_the_runs(cli, nodes, tmp_path, med):
+    nodes("a", board="x")
+    cli("submit", write(tmp_path, "a", "run-a"))
+    cli("submit", write(tmp_path, "b", "run-b"))
+    assert cli("list") == 0
+    assert [line.split()[:2] for line in cli.lines] == [
+        ["RUN", "STATE"],
+        ["run-b", "QUEUED"],
+        ["run-a", "RUNNING"],
+    ]
+    assert cli("list", "--state", "QUEUED", "--json") == 0
+    assert [r["run_id"] for r in cli.body["runs"]] == ["run-b"]
+    assert cli("nodes") == 0
+    assert cli.lines[0].split() == ["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES"]
+    assert cli.lines[1].split()[:3] == ["a", "-", "run-a"]
+    assert cli.lines[1].endswith('{"board":"x"}')
+
+
+def test_cancel_ends_a_run(cli, nodes, tmp_path):
+    nodes("a", board="x")
+    cli("submit", write(tmp_path, "a", "run-a"))
+    assert cli("cancel", "run-a") == 0
+    assert cli.lines == ["200 · FAILED", "run-a", "verdict   cancelled"]
+
+
+def test_asks_are_listed_and_answered(cli, tmp_path):
+    path = tmp_path / "ask.json"
+    path.write_text(json.dumps({"run_id": "run-q", "roles": {}, "steps": [
+        {"name": "confirm", "kind": "ask", "ask": "Is the board powered?"}]}))  # fmt: skip
+    assert cli("submit", str(path)) == 0
+    assert cli.lines == ["201 · RUNNING", "run-q"]
+    assert cli("asks") == 0
+    assert cli.lines[0].split() == ["ASK", "RUN", "SEQ", "QUESTION"]
+    ask_id, run_id, seq, question = cli.lines[1].split(maxsplit=3)
+    assert (run_id, seq, question) == ("run-q", "0", "Is the board powered?")
+    assert cli("answer", ask_id, "yes, green LED") == 0
+    assert cli.lines == ["200 · PASSED", "run settled PASSED"]
+    assert cli("asks") == 0
+    assert cli.lines == ["(none)"]
+
+
+def test_an_answer_no_fails_the_ask(cli, tmp_path):
+    path = tmp_path / "ask.json"
+    path.write_text(json.dumps({"run_id": "run-q", "roles": {}, "steps": [
+        {"name": "confirm", "kind": "ask", "ask": "Ship it?"}]}))  # fmt: skip
+    cli("submit", str(path))
+    cli("asks", "--json")
+    (ask,) = cli.body["asks"]
+    assert cli("answer", str(ask["ask_id"]), "not today", "--no") == 0
+    assert cli.lines == ["200 · FAILED", "run settled FAILED"]
+
+
+def test_watch_follows_a_run_until_it_ends(cli, nodes, tmp_path):
+    node = nodes("a", board="x")
+    path = tmp_path / "two.json"
+    steps = [
+        {"name": "build", "role": "dut", "with": {"cmd": "true"}},
+        {"name": "test", "role": "dut", "after": ["build"], "with": {"cmd": "true"}},
+    ]
+    path.write_text(
+        json.dumps({"run_id": "run-w", "roles": {"dut": {"board": "x"}}, "steps": steps})
+    )
+    cli("submit", str(path))
+    assert cli("watch", "run-w", sleep=lambda s: node.tick()) == 0
+    assert cli.lines == [
+        "RUNNING",
+        "  step 0 build: PASSED on a attempt 1",
+        "PASSED · pass",
+        "  step 1 test: PASSED on a attempt 1",
+    ]
+
+
+def test_submit_wait_exits_with_the_run_s_verdict(cli, nodes, tmp_path):
+    node = nodes("a", board="x")
+    tick = {"sleep": lambda s: node.tick()}
+    assert cli("submit", write(tmp_path, "a", "run-a"), "--wait", **tick) == 0
+    assert cli.lines == ["201 · RUNNING", "run-a", "PASSED", "verdict   pass"]
+    path = tmp_path / "fail.json"
+    steps = [{"name": "x", "role": "dut", "uses": "fail"}]
+    path.write_text(
+        json.dumps({"run_id": "run-f", "roles": {"dut": {"board": "x"}}, "steps": steps})
+    )
+    assert cli("submit", str(path), "--wait", **tick) == 1
+    assert cli.lines == ["201 · RUNNING", "run-f", "FAILED", "verdict   fail"]
+    assert cli("submit", str(path), "--wait", "--json", **tick) == 1
+    assert (cli.body["run_id"], cli.body["state"]) == ("run-f", "FAILED")
+
+
+def test_wait_gives_up_after_its_timeout(cli, nodes, tmp_path):
+    nodes("a", board="x")
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds  # the node never works: the run stays RUNNING
+
+    code = cli(
+        "submit", write(tmp_path, "a", "run-a"), "--wait", "--interval", "2", "--timeout", "5",
+        sleep=sleep, clock=lambda: now[0],
+    )  # fmt: skip
+    assert code == 1
+    assert cli.lines == ["201 · RUNNING", "run-a"]
+    assert cli.err == "runctl: run run-a is still RUNNING after 5 s\n"
+    assert now == [5.0]
+
+
+def test_the_token_comes_from_the_environment(serve, tmp_path, monkeypatch):
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[[token]]\ntoken = "tc1"\nprincipal = "alice"\nrole = "client"\n')
+    cli = Runctl(serve(Tokens.load(str(tokens))))
+    assert cli("list") == 1
+    assert cli.err.startswith("runctl: 401 unauthorized: ")
+    monkeypatch.setenv("MEDIATOR_TOKEN", "tc1")
+    assert cli("list") == 0
+    assert cli.lines == ["(none)"]
