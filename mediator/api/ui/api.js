@@ -1,0 +1,51 @@
+// The panel's only way to the Mediator: HTTP requests to this server's API (api.md §1, §4–5).
+// Paths are relative ("v1/…"), so the panel also works behind a proxy that mounts it under a
+// prefix. Errors carry the API's {error: {code, message}} body so a screen can show the sentence
+// meant for a person.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function request(method, path, body) {
+  const init = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (error) {
+    throw new ApiError(0, "unreachable", "The server cannot be reached.");
+  }
+  const data = await response.json().catch(() => null);
+  if (!response.ok) {
+    const e = (data && data.error) || {};
+    throw new ApiError(response.status, e.code || "http_error", e.message || `HTTP ${response.status}`);
+  }
+  return data;
+}
+
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== null && v !== undefined && v !== "") q.set(k, v);
+  const s = q.toString();
+  return s ? `?${s}` : "";
+}
+
+const id = (value) => encodeURIComponent(value);
+
+export const api = {
+  nodes: () => request("GET", "v1/nodes"),
+  runs: (state, limit) => request("GET", `v1/runs${query({ state, limit })}`),
+  run: (runId) => request("GET", `v1/runs/${id(runId)}`),
+  asks: () => request("GET", "v1/asks"),
+  answer: (askId, answer, ok) => request("POST", `v1/asks/${id(askId)}/answer`, { answer, ok }),
+  record: (runId) => request("GET", `v1/runs/${id(runId)}/record`),
+  recordUrl: (runId, file) => `v1/runs/${id(runId)}/record${file ? `/${file.split("/").map(id).join("/")}` : ""}`,
+};
