@@ -91,6 +91,7 @@ import gc
 import heapq
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -375,6 +376,9 @@ class ModelResult:
             that could matter, reaper_ticks that the real timer makes, wakes, promotions).
         end_s: where the simulation stopped.
         scenario_hash: `Scenario.scenario_hash()` of the plan's scenario.
+        wall_s: how long the simulation took (wall clock; for virtual seconds per wall second).
+        nodes: node_id, label, capabilities (canonical JSON: nodes with equal text form one
+            capability class).
     """
 
     runs: pd.DataFrame
@@ -386,6 +390,8 @@ class ModelResult:
     counts: dict[str, int] = field(default_factory=dict)
     end_s: float = 0.0
     scenario_hash: str = ""
+    wall_s: float = 0.0
+    nodes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @functools.cached_property
     def events(self) -> pd.DataFrame:
@@ -402,8 +408,32 @@ class ModelResult:
         calls += c.get("reaper_ticks", 0)
         return c.get("advert", 0) / calls if calls else 0.0
 
+    def utilization(self) -> pd.DataFrame:
+        """Per node: seconds it held a lease (busy_s) and that share of [0, end_s].
+
+        Group by `capabilities` for the utilization per capability class.
+        """
+        leases = self.leases
+        end = self.end_s
+        held = (leases["released_at"].fillna(end).clip(upper=end) - leases["granted_at"]).clip(
+            lower=0
+        )
+        busy = held.groupby(leases["node_id"]).sum()
+        out = self.nodes[["node_id", "capabilities"]].copy()
+        out["busy_s"] = out["node_id"].map(busy).fillna(0.0).astype(float)
+        out["utilization"] = out["busy_s"] / end if end else 0.0
+        return out
+
     def summary(self) -> dict[str, Any]:
-        """Counts, throughput, wait statistics (measured runs only), stuck time, advert share."""
+        """Counts, throughput, waits of the measured runs with intervals, utilization, stuck
+        time, advert share, virtual seconds per wall second.
+
+        The wait intervals come from one run — batch means for the mean, order statistics for
+        the quantiles (optimistic: waits are correlated) — so prefer replications
+        (`sim.analysis.replicate`) for claims that matter.
+        """
+        from sim.analysis import batch_means, quantile_ci
+
         runs = self.runs[~self.runs["warmup"]]
         waits = runs["wait_s"].dropna().to_numpy(dtype=float)
         out: dict[str, Any] = {
@@ -417,6 +447,10 @@ class ModelResult:
             "stuck_s": float(self.stuck["duration_s"].sum()),
             "advert_share": self.advert_share(),
         }
+        if not self.nodes.empty and self.end_s:
+            out["utilization"] = float(self.utilization()["utilization"].mean())
+        if self.wall_s:
+            out["virtual_s_per_wall_s"] = self.end_s / self.wall_s
         if waits.size:
             out.update(
                 wait_mean_s=float(waits.mean()),
@@ -425,6 +459,10 @@ class ModelResult:
                 wait_p99_s=float(np.quantile(waits, 0.99)),
                 p_wait=float((waits > 0).mean()),
             )
+        if waits.size >= 200:
+            out["wait_mean_ci"] = batch_means(waits)
+            for q in (0.5, 0.95, 0.99):
+                out[f"wait_p{round(q * 100)}_ci"] = quantile_ci(waits, q)
         return out
 
 
@@ -493,8 +531,11 @@ class Model:
 
     def run(self) -> ModelResult:
         """Simulate the whole plan and return the result."""
+        started = time.perf_counter()
         with gc_paused():
-            return self._run()
+            result = self._run()
+        result.wall_s = time.perf_counter() - started
+        return result
 
     def _run(self) -> ModelResult:
         for node in self.nodes:  # every daemon starts at t = 0
@@ -1165,6 +1206,15 @@ class Model:
             counts=counts,
             end_s=end / US,
             scenario_hash=self.plan.scenario.scenario_hash(),
+            nodes=pd.DataFrame(
+                {
+                    "node_id": [n.node_id for n in self.plan.nodes],
+                    "label": [n.label for n in self.plan.nodes],
+                    "capabilities": [
+                        json.dumps(n.capabilities, sort_keys=True) for n in self.plan.nodes
+                    ],
+                }
+            ),
         )
 
 

@@ -516,3 +516,21 @@ def test_claim_latency_and_a_restart_between_promotion_and_claim() -> None:
     )
     r = runs(run_model(sc))["r0000000"]
     assert (r["verdict"], r["started_at"], r["ended_at"]) == ("pass", 0.0, 13.0)
+
+
+def test_utilization_and_summary() -> None:
+    sc = scripted(
+        {"b": {"board": "x"}, "l": {"os": "linux"}},
+        (one("hil", {"board": "x"}, 100.0), one("unit", {"os": "linux"}, 10.0)),
+        ((0.0, "hil"), (1.0, "hil"), (2.0, "unit"), (3.0, "unit")),
+        horizon_s=1000.0,
+    )
+    result = run_model(sc)
+    util = result.utilization().set_index("node_id")
+    assert util.loc["b000", "busy_s"] == 200.0 and util.loc["l000", "busy_s"] == 20.0
+    assert util.loc["b000", "utilization"] == 0.2
+    summary = result.summary()
+    assert summary["runs"] == 4 and summary["by_verdict"] == {"pass": 4}
+    assert summary["wait_mean_s"] == (0 + 99 + 0 + 9) / 4
+    assert summary["utilization"] == (0.2 + 0.02) / 2
+    assert summary["virtual_s_per_wall_s"] > 0
