@@ -589,7 +589,7 @@ def _dump_toml(d: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 #: Coarse heartbeats (every 30 min) where no node vanishes: adverts stay a few per cent of calls.
-COARSE = {"advert_interval_s": 1800.0}
+COARSE_INTERVAL_S = 1800.0
 COARSE_SETTINGS = Settings(lease_ttl_s=7200.0, renew_s=600.0, advert_ttl_s=5400.0)
 #: Fine heartbeats (the Mediator defaults) where vanishing or draining nodes are the subject.
 FINE_SETTINGS = Settings()
@@ -613,7 +613,7 @@ def steady(
     exponential durations — must agree with Erlang C. Warm-up defaults to 10 % of the runs."""
     return Scenario(
         name="steady",
-        fleet=Fleet((NodeGroup(nodes, {"pool": "lab"}),), **COARSE),
+        fleet=Fleet((NodeGroup(nodes, {"pool": "lab"}),), advert_interval_s=COARSE_INTERVAL_S),
         workload=Workload(
             Poisson(arrival_rate),
             (_one_step("job", {"pool": "lab"}, Exponential(1.0 / service_rate)),),
@@ -675,7 +675,7 @@ def mixed(
     )
     return Scenario(
         name="mixed",
-        fleet=Fleet(groups, **COARSE),
+        fleet=Fleet(groups, advert_interval_s=COARSE_INTERVAL_S),
         workload=Workload(Poisson(arrival_rate), templates),
         settings=COARSE_SETTINGS,
         horizon_runs=runs,
@@ -708,6 +708,8 @@ def vanished_node(
     arrivals, and every node vanishing and returning at random; measures total stuck time.
     """
     settings = dataclasses.replace(FINE_SETTINGS, wake_on_return=wake_on_return)
+    groups: tuple[NodeGroup, ...]
+    templates: tuple[Template, ...]
     if not churn:
         groups = (
             NodeGroup(1, {"board": "x"}, id_prefix="x"),
@@ -814,7 +816,7 @@ def restart(
         fleet=Fleet(
             (NodeGroup(nodes, needs),),
             random=(RandomEvents("restart", mean_up_s=mean_restart_s),),
-            **COARSE,
+            advert_interval_s=COARSE_INTERVAL_S,
         ),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
         settings=COARSE_SETTINGS,
@@ -838,7 +840,7 @@ def burst(
     needs = {"pool": "lab"}
     return Scenario(
         name="burst",
-        fleet=Fleet((NodeGroup(nodes, needs),), **COARSE),
+        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=COARSE_INTERVAL_S),
         workload=Workload(
             Burst(arrival_rate, at_s, burst_count, spread_s),
             (_one_step("job", needs, Exponential(1.0 / service_rate)),),
@@ -878,7 +880,7 @@ def asks(
     )
     return Scenario(
         name="asks",
-        fleet=Fleet((NodeGroup(nodes, needs),), **COARSE),
+        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=COARSE_INTERVAL_S),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
         settings=COARSE_SETTINGS,
         horizon_runs=runs,

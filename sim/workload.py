@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from sim.scenarios import (
     Burst,
@@ -99,11 +100,22 @@ def _rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
-def _us(x: np.ndarray) -> np.ndarray:
-    return np.round(np.asarray(x, dtype=float) * 1e6) / 1e6
+Floats = npt.NDArray[np.float64]
 
 
-def _poisson_times(rate: float, n: int | None, until: float | None, rng: np.random.Generator):
+def _us(x: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """Round seconds to whole microseconds (the clock's resolution, and PostgreSQL's)."""
+    out: npt.NDArray[np.float64] = np.round(np.asarray(x, dtype=float) * 1e6) / 1e6
+    return out
+
+
+def _us1(x: float) -> float:
+    return round(x * 1e6) / 1e6
+
+
+def _poisson_times(
+    rate: float, n: int | None, until: float | None, rng: np.random.Generator
+) -> Floats:
     """Cumulative Exp(1/rate) gaps: the first n, or all below `until`."""
     if n is not None:
         t = np.cumsum(rng.exponential(1.0 / rate, n))
@@ -136,8 +148,8 @@ def _piecewise_times(
         seg = np.diff(ts)
         lam = np.concatenate([[0.0], np.cumsum(rates[:-1] * seg)])
 
-        def inverse(u: np.ndarray) -> np.ndarray:
-            out = np.interp(u, lam, ts)
+        def inverse(u: Floats) -> Floats:
+            out = np.asarray(np.interp(u, lam, ts), dtype=np.float64)
             beyond = u > lam[-1]
             if rates[-1] > 0:
                 out[beyond] = ts[-1] + (u[beyond] - lam[-1]) / rates[-1]
@@ -151,9 +163,9 @@ def _piecewise_times(
         if per[-1] <= 0:
             raise ValueError("piecewise: the rate is 0 over the whole period")
 
-        def inverse(u: np.ndarray) -> np.ndarray:
+        def inverse(u: Floats) -> Floats:
             k = np.floor(u / per[-1])
-            return k * period + np.interp(u - k * per[-1], per, edges)
+            return np.asarray(k * period + np.interp(u - k * per[-1], per, edges), np.float64)
 
     u = _poisson_times(1.0, n, None, rng) if n is not None else None
     if u is None:
@@ -167,7 +179,7 @@ def _piecewise_times(
         u = np.concatenate(chunks)
     t = inverse(u)
     t = t[np.isfinite(t)]
-    return t if until is None else t[t < until]
+    return t if until is None else np.asarray(t[t < until], dtype=np.float64)
 
 
 def _arrival_times(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, Any]:
@@ -272,7 +284,7 @@ def _attempts_for(
 
 def _fleet_events(scenario: Scenario, nodes: list[NodeSpec], end: float) -> list[FleetEvent]:
     scripted = sorted(scenario.fleet.events, key=lambda e: e.at_s)
-    scripted = [FleetEvent(float(_us(e.at_s)), e.node_id, e.kind, e.policy) for e in scripted]
+    scripted = [FleetEvent(_us1(e.at_s), e.node_id, e.kind, e.policy) for e in scripted]
     ids = [n.node_id for n in nodes]
     rand: list[FleetEvent] = []
     for p, proc in enumerate(scenario.fleet.random):
@@ -287,12 +299,12 @@ def _fleet_events(scenario: Scenario, nodes: list[NodeSpec], end: float) -> list
                 if t >= end:
                     break
                 if proc.kind == "restart":
-                    rand.append(FleetEvent(float(_us(t)), node_id, "restart"))
+                    rand.append(FleetEvent(_us1(t), node_id, "restart"))
                     continue
-                rand.append(FleetEvent(float(_us(t)), node_id, "vanish"))
+                rand.append(FleetEvent(_us1(t), node_id, "vanish"))
                 # The return is kept even past the end, so no node stays dark for ever.
                 t += float(rng.exponential(proc.mean_down_s))
-                rand.append(FleetEvent(float(_us(t)), node_id, "return"))
+                rand.append(FleetEvent(_us1(t), node_id, "return"))
     rand.sort(key=lambda e: (e.at_s, e.node_id))
     # Scripted events precede random ones at the same instant; the order is the apply order.
     return sorted(scripted + rand, key=lambda e: e.at_s)
@@ -370,7 +382,7 @@ def _materialize(scenario: Scenario) -> Plan:
             answers[i] = per_step_ans[pos]
 
     arrivals = tuple(
-        Arrival(float(t), rid, tpls[k].name, c, o, a)  # type: ignore[arg-type]
+        Arrival(float(t), rid, tpls[k].name, c, o, a)  # type: ignore[arg-type, unused-ignore]
         for t, rid, k, c, o, a in zip(
             times.tolist(), run_ids, choice.tolist(), contracts, outcomes, answers, strict=True
         )
