@@ -1,0 +1,294 @@
+"""The Mediator's panel (api.md §4) in a real headless Chromium, against a live server.
+
+Each test starts ``mediator serve --dev`` on its own database (``start_server``) and plays the
+nodes itself over HTTP – adverts, claims and results with httpx – so the page sees exactly what a
+lab would show it. The page is opened with ``?refresh=300`` (the panel's 5 s shortened), and every
+change is observed without reloading, through Playwright conditions with bounded timeouts; nothing
+sleeps. The countdown test drives the page's clock with Playwright's fake clock instead.
+
+Screenshots go to the test's temporary folder, or to ``$MEDIATOR_SCREENSHOTS`` when
+``docs/screenshots/make.py`` runs these tests to refresh the pictures in ``docs/panel.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.servers import Server, start_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+REFRESH_MS = 300
+LAPTOP = {"width": 1366, "height": 768}
+
+
+class Lab:
+    """A live server and the nodes of a small lab, driven over HTTP as ``enode`` would."""
+
+    def __init__(self, url: str, http: httpx.Client, shots: Path) -> None:
+        self.url = url
+        self.http = http
+        self.shots = shots
+
+    def advert(self, node_id: str, label: str = "", drain: str = "", **caps: Any) -> None:
+        body = {"node_id": node_id, "label": label, "capabilities": caps, "instance": "i1",
+                "policy": {"drain": drain}}  # fmt: skip
+        self.http.post("/v1/nodes", json=body).raise_for_status()
+
+    def submit(self, contract: dict[str, Any]) -> int:
+        """Submits a contract; returns the HTTP status (201 RUNNING, 202 QUEUED, 422 FAILED)."""
+        return self.http.post("/v1/runs", json=contract).status_code
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        r = self.http.get(f"/v1/runs/{run_id}")
+        r.raise_for_status()
+        return r.json()  # type: ignore[no-any-return]
+
+    def states(self, run_id: str) -> dict[str, str]:
+        return {s["name"]: s["state"] for s in self.run(run_id)["steps"]}
+
+    def work(self, node_id: str) -> list[str]:
+        steps = self.http.get(f"/v1/nodes/{node_id}/work").json()["steps"]
+        return [s["name"] for s in steps]
+
+    def claim(self, node_id: str, run_id: str, step: str) -> int:
+        """Claims a claimable step of ``node_id``; returns its attempt."""
+        steps = self.http.get(f"/v1/nodes/{node_id}/work").json()["steps"]
+        seq = next(s["seq"] for s in steps if (s["run_id"], s["name"]) == (run_id, step))
+        r = self.http.post(f"/v1/runs/{run_id}/steps/{seq}/claim", json={"node_id": node_id})
+        r.raise_for_status()
+        return int(r.json()["attempt"])
+
+    def finish(self, node_id: str, run_id: str, step: str, outcome: str = "pass") -> None:
+        """Claims a step (unless already claimed) and reports its result."""
+        current = {s["name"]: s for s in self.run(run_id)["steps"]}[step]
+        if current["state"] == "CLAIMED":
+            seq, attempt = current["seq"], current["attempt"]
+        else:
+            attempt = self.claim(node_id, run_id, step)
+            seq = current["seq"]
+        body = {"node_id": node_id, "attempt": attempt, "outcome": outcome, "log": f"{step} ok\n"}
+        self.http.post(f"/v1/runs/{run_id}/steps/{seq}/result", json=body).raise_for_status()
+
+    def panel(self, route: str = "#/", refresh: int = REFRESH_MS, **settings: str) -> str:
+        return f"{self.url}/?{urlencode({'refresh': refresh, **settings})}{route}"
+
+    def screenshot(self, page: Page, name: str) -> None:
+        page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+
+
+def stop(server: Server) -> None:
+    """Stops the server and closes its output pipe once the reader thread has hit end of file
+    (``Process.stop`` leaves the pipe open, which ``filterwarnings = error`` turns into an error).
+    """
+    server.process.stop()
+    with contextlib.suppress(RuntimeError):  # wait_for raises it at end of output: all read
+        server.process.wait_for(re.compile(r"(?!)"), timeout=5)
+    if server.process.proc.stdout is not None:
+        server.process.proc.stdout.close()
+
+
+@pytest.fixture
+def lab(dsn: str, tmp_path: Path) -> Iterator[Lab]:
+    server = start_server(dsn, tmp_path)
+    shots = Path(os.environ.get("MEDIATOR_SCREENSHOTS") or tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            yield Lab(server.url, http, shots)
+    finally:
+        stop(server)
+
+
+def chain(run_id: str, *names: str, work_id: str = "", **needs: Any) -> dict[str, Any]:
+    """A one-role contract (role ``dut``) whose steps run one after the other."""
+    steps = [{"name": n, "role": "dut", "with": {"cmd": "true"}} for n in names]
+    for before, step in itertools.pairwise(steps):
+        step["after"] = [before["name"]]
+    roles = {"dut": needs or {"board": "x"}}
+    return {"run_id": run_id, "work_id": work_id, "roles": roles, "steps": steps}
+
+
+def test_the_queued_chip_shows_the_queued_run_as_a_row_and_no_card_holds_it(lab, page):
+    """Seed 000 §6: S1's QUEUED chip shows a real row (position, wait reason), on no node card."""
+    lab.advert("X", label="bench X", board="x", usb=True)
+    lab.advert("Y", label="bench Y", drain="graceful", board="x")
+    lab.advert("Z", label="scope Z", board="z")
+    assert lab.submit(chain("smoke", "selftest", board="z")) == 201
+    lab.finish("Z", "smoke", "selftest")
+    assert lab.submit(chain("flash-1", "flash", "verify", work_id="ticket-41")) == 201
+    assert lab.submit(chain("flash-2", "flash", "verify", work_id="ticket-42")) == 202  # X, Y
+    assert lab.submit(chain("nowhere", "flash", board="q")) == 422
+    lab.claim("X", "flash-1", "flash")
+    page.set_viewport_size(LAPTOP)
+    page.goto(lab.panel())
+
+    rows = page.locator("tr.run-row")
+    expect(rows).to_have_count(4)
+    queued = page.locator('tr.run-row[data-run="flash-2"]')
+    expect(queued.locator(".queue-pos")).to_have_text("#1 in queue")
+    expect(page.locator("[data-node] [data-lease]")).to_have_text(["flash-1"])
+    expect(page.locator('tr.run-row[data-run="flash-1"] td.current')).to_have_text("X: flash")
+    lab.screenshot(page, "s1-fleet-and-runs")
+
+    for chip, shown in [("QUEUED", "flash-2"), ("RUNNING", "flash-1"), ("PASSED", "smoke"),
+                        ("FAILED", "nowhere")]:  # fmt: skip
+        page.locator(f'[data-chip="{chip}"]').click()
+        expect(rows).to_have_count(1)
+        expect(rows).to_have_attribute("data-run", shown)
+        expect(rows).to_have_attribute("data-state", chip)
+
+    page.locator('[data-chip="QUEUED"]').click()
+    expect(queued.locator(".queue-pos")).to_have_text("#1 in queue")
+    expect(queued.locator(".wait-code")).to_have_text("ALL_BUSY")
+    expect(queued.locator(".wait-nodes")).to_have_text("busy: X · draining: Y")
+    # It holds no node: the only lease on any card is the running run's, and Y is idle.
+    expect(page.locator("[data-node] [data-lease]")).to_have_text(["flash-1"])
+    expect(page.locator('[data-node="Y"] .lease')).to_have_text("idle")
+    expect(page.locator('[data-node="Y"] .drain')).to_have_text("draining (graceful)")
+
+    # flash-1 ends over HTTP; without a reload the panel shows flash-2 leaving the queue for X.
+    lab.finish("X", "flash-1", "flash")
+    lab.finish("X", "flash-1", "verify")
+    expect(rows).to_have_count(0)
+    expect(page.locator("#runs")).to_have_text("No QUEUED run.")
+    expect(page.locator("[data-node] [data-lease]")).to_have_text(["flash-2"])
+    expect(page.locator('[data-node="X"] [data-lease]')).to_have_text("flash-2")
+
+
+def test_a_node_card_shows_its_lease_and_a_countdown_from_observed_at(lab, page):
+    """Seed 003 §3.2: remaining = expires_at − observed_at, counted down locally, never < 0.
+
+    The page's clock is set 25 years off and driven by hand: the countdown must not read it
+    except to count down, and no refresh happens within the test (refresh = 1 h).
+    """
+    lab.advert("X", label="bench X", board="x")
+    assert lab.submit(chain("flash-1", "flash")) == 201
+    page.clock.install(time=datetime(2001, 1, 1, tzinfo=UTC))
+    page.goto(lab.panel(refresh=3_600_000))
+
+    card = page.locator('[data-node="X"]')
+    expect(card.locator("[data-lease]")).to_have_text("flash-1")
+    countdown = card.locator(".countdown")
+    expect(countdown).to_have_text(re.compile(r"^\d+ s$"))
+    start = int(countdown.get_attribute("data-seconds") or "-1")
+    assert 0 < start <= 30  # the advert TTL is 30 s
+
+    page.clock.run_for(5_000)
+    page.wait_for_function(
+        "([el, most]) => Number(el.dataset.seconds) <= most",
+        arg=[countdown.element_handle(), start - 5],
+    )
+    page.clock.fast_forward(120_000)  # long past expires_at: clamped at zero
+    expect(countdown).to_have_text("0 s")
+    expect(countdown).to_have_class(re.compile(r"\bexpired\b"))
+
+
+def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
+    """api.md §4: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
+    lab.advert("X", label="bench X", board="x")
+    assert lab.submit(chain("flash-1", "flash")) == 201
+    diamond = {"run_id": "release", "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "prep", "role": "dut"},
+        {"name": "build", "role": "dut", "after": ["prep"]},
+        {"name": "docs", "role": "dut", "after": ["prep"]},
+        {"name": "sign-off", "kind": "ask", "ask": "Ship it?", "after": ["build", "docs"]},
+        {"name": "ship", "role": "dut", "after": ["sign-off"]},
+    ]}  # fmt: skip
+    assert lab.submit(diamond) == 202
+    page.goto(lab.panel(board="http://127.0.0.1:9/"))
+    expect(page.locator("#tickets-link")).to_have_attribute("href", "http://127.0.0.1:9/")
+
+    page.locator('tr.run-row[data-run="release"] td.where').click()  # a row click opens S2
+    expect(page).to_have_url(re.compile(r"#/runs/release$"))
+    expect(page.locator("#run-state")).to_have_text("QUEUED")
+    expect(page.locator(".queue-banner .queue-pos")).to_have_text("#1 in queue")
+    boxes = page.locator("svg.graph g.step")
+    expect(boxes).to_have_count(5)
+    depth = {b.get_attribute("data-step"): int(b.get_attribute("data-depth") or -1)
+             for b in boxes.all()}  # fmt: skip
+    assert depth == {"prep": 0, "build": 1, "docs": 1, "sign-off": 2, "ship": 3}
+    assert {b.get_attribute("data-state") for b in boxes.all()} == {"PENDING"}
+    edges = {(e.get_attribute("data-from"), e.get_attribute("data-to"))
+             for e in page.locator("svg.graph path.edge").all()}  # fmt: skip
+    assert edges == {("prep", "build"), ("prep", "docs"), ("build", "sign-off"),
+                     ("docs", "sign-off"), ("sign-off", "ship")}  # fmt: skip
+    left = {name: (page.locator(f'g.step[data-step="{name}"]').bounding_box() or {})["x"]
+            for name in depth}  # fmt: skip
+    assert left["prep"] < left["build"] == left["docs"] < left["sign-off"] < left["ship"]
+    expect(page.locator(".record a#record-link")).to_have_attribute(
+        "href", "v1/runs/release/record"
+    )
+
+    # The run is promoted when flash-1 ends; its steps get X, then an attempt when claimed.
+    lab.finish("X", "flash-1", "flash")
+    expect(page.locator("#run-state")).to_have_text("RUNNING")
+    expect(page.locator(".queue-banner")).to_be_hidden()
+    prep = page.locator('g.step[data-step="prep"]')
+    expect(prep).to_have_attribute("data-node", "X")
+    lab.claim("X", "release", "prep")
+    expect(prep).to_have_attribute("data-state", "CLAIMED")
+    expect(prep).to_have_attribute("data-attempt", "1")
+    expect(prep).to_contain_text("on X · attempt 1")
+    expect(prep).to_contain_text("chosen board=x")
+    expect(page.locator('.steps tr[data-seq="0"] td.chosen')).to_have_text("X · board=x")
+
+
+def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
+    """An open ask is answered in place; the API then has the ask step PASSED, the next one free."""
+    lab.advert("X", label="bench X", board="x")
+    lab.advert("S", label="scope S", scope=True)
+    contract = {"run_id": "bringup-7", "work_id": "ticket-41", "roles": {
+        "dut": {"board": "x"}, "scope": {"scope": True}}, "steps": [
+        {"name": "flash", "role": "dut", "with": {"cmd": "make flash"}},
+        {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
+        {"name": "verify", "role": "dut", "after": ["probe"]},
+        {"name": "capture", "role": "scope", "after": ["probe"]},
+        {"name": "calibrate", "role": "scope"},
+        {"name": "report", "role": "dut", "after": ["verify", "capture"]},
+    ]}  # fmt: skip
+    assert lab.submit(contract) == 201
+    lab.finish("X", "bringup-7", "flash")
+    lab.claim("S", "bringup-7", "calibrate")
+    page.set_viewport_size(LAPTOP)
+    page.goto(lab.panel("#/runs/bringup-7"))
+
+    form = page.locator("form.ask")
+    expect(form).to_have_count(1)
+    expect(form.locator(".question")).to_have_text("Is the probe clipped to TP3?")
+    expect(page.locator('g.step[data-step="probe"]')).to_have_attribute("data-state", "ASKED")
+    expect(page.locator('g.step[data-step="calibrate"]')).to_have_attribute("data-state", "CLAIMED")
+    form.locator("input").fill("clipped, reads 3.3 V")
+    lab.screenshot(page, "s2-run-with-an-ask")
+
+    form.get_by_role("button", name="OK", exact=True).click()
+    expect(page.locator("form.ask")).to_have_count(0)
+    expect(page.locator('g.step[data-step="probe"]')).to_have_attribute("data-state", "PASSED")
+    states = lab.states("bringup-7")
+    assert (states["flash"], states["probe"], states["verify"]) == ("PASSED", "PASSED", "PENDING")
+    assert lab.work("X") == ["verify"]
+    assert lab.http.get("/v1/asks").json()["asks"] == []
+
+    # "Not OK" fails the step and, with it, the run (mediator.md §2).
+    lab.advert("Q", label="bench Q", board="q")
+    refusal = {"run_id": "go-no-go", "roles": {"dut": {"board": "q"}}, "steps": [
+        {"name": "go?", "kind": "ask", "ask": "Power on the rig?"},
+        {"name": "run", "role": "dut", "after": ["go?"]},
+    ]}  # fmt: skip
+    assert lab.submit(refusal) == 201
+    page.goto(lab.panel("#/runs/go-no-go"))
+    page.locator("form.ask").get_by_role("button", name="Not OK").click()
+    expect(page.locator("#run-state")).to_have_text("FAILED")
+    assert lab.states("go-no-go") == {"go?": "FAILED", "run": "SKIPPED"}
+    expect(page.locator("#record-link")).to_have_text("Sealed record")
