@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import os
 import re
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +27,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.servers import Server, start_server
+from tests.e2e.servers import READY, Process, Server, start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -292,3 +293,40 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
     expect(page.locator("#run-state")).to_have_text("FAILED")
     assert lab.states("go-no-go") == {"go?": "FAILED", "run": "SKIPPED"}
     expect(page.locator("#record-link")).to_have_text("Sealed record")
+
+
+def test_a_server_with_tokens_gets_one_through_the_header_form(dsn, tmp_path, page):
+    """Without --dev every route wants a bearer token: the panel asks for one on a 401."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(
+        '[[token]]\ntoken = "tc-alice"\nprincipal = "alice"\nrole = "client"\n\n'
+        '[[token]]\ntoken = "tn-x"\nprincipal = "bench-x"\nrole = "node"\n'
+    )
+    argv = [sys.executable, "-m", "mediator.cli.main",
+            "--data", str(tmp_path / "pg"), "--records", str(tmp_path / "records"),
+            "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", dsn,
+            "--tokens", str(tokens)]  # fmt: skip
+    process = Process.start(argv)
+    server = Server(process.wait_for(READY).group(1), process, tmp_path / "records")
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            node = {"node_id": "X", "label": "bench X", "capabilities": {"board": "x"},
+                    "instance": "i1"}  # fmt: skip
+            headers = {"Authorization": "Bearer tn-x"}
+            http.post("/v1/nodes", json=node, headers=headers).raise_for_status()
+        page.goto(f"{server.url}/?refresh={REFRESH_MS}")
+        form = page.locator("#token-form")
+        expect(form).to_be_visible()
+        expect(page.locator("#status")).to_contain_text("bearer token")
+
+        form.locator("input").fill("not-a-token")
+        form.get_by_role("button", name="Use").click()
+        expect(page.locator("#status")).to_contain_text("not known")
+        expect(form).to_be_visible()
+
+        form.locator("input").fill("tc-alice")
+        form.get_by_role("button", name="Use").click()
+        expect(page.locator('[data-node="X"] h3')).to_have_text("bench X")
+        expect(form).to_be_hidden()
+    finally:
+        stop(server)

@@ -1,7 +1,24 @@
 // The panel's only way to the Mediator: HTTP requests to this server's API (api.md §1, §4–5).
 // Paths are relative ("v1/…"), so the panel also works behind a proxy that mounts it under a
 // prefix. Errors carry the API's {error: {code, message}} body so a screen can show the sentence
-// meant for a person.
+// meant for a person. A server started without --dev wants a bearer token on every route: the
+// panel asks for one on the first 401 and keeps it in sessionStorage (this tab only).
+
+const TOKEN_KEY = "mediator-token";
+
+export const auth = {
+  get token() {
+    return sessionStorage.getItem(TOKEN_KEY) || "";
+  },
+  set token(value) {
+    if (value) sessionStorage.setItem(TOKEN_KEY, value);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  },
+};
+
+function headers(extra = {}) {
+  return auth.token ? { ...extra, Authorization: `Bearer ${auth.token}` } : extra;
+}
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -12,7 +29,7 @@ export class ApiError extends Error {
 }
 
 async function request(method, path, body) {
-  const init = { method, headers: { Accept: "application/json" } };
+  const init = { method, headers: headers({ Accept: "application/json" }) };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -39,6 +56,15 @@ function query(params) {
 }
 
 const id = (value) => encodeURIComponent(value);
+
+// Opens a record file in a new tab when the panel holds a token: a plain link would be refused
+// (401), so the file is fetched with the header and shown from a blob: URL instead.
+export async function openWithToken(url) {
+  const tab = window.open("", "_blank");
+  const response = await fetch(url, { headers: headers() });
+  const blob = new Blob([await response.text()], { type: "text/plain;charset=utf-8" });
+  if (tab) tab.location.href = URL.createObjectURL(blob);
+}
 
 export const api = {
   nodes: () => request("GET", "v1/nodes"),

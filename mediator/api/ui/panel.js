@@ -4,7 +4,7 @@
 //   ?refresh=<ms>   the refresh interval (default 5000; tests use a few hundred ms)
 //   ?board=<url>    the ticket board of seed 001 (default: the tickets-board meta tag)
 
-import { ApiError } from "./api.js";
+import { ApiError, auth } from "./api.js";
 import { el, fill, tickCountdowns } from "./dom.js";
 import { fleetScreen } from "./fleet.js";
 import { runScreen } from "./run.js";
@@ -65,6 +65,7 @@ async function refresh() {
   } catch (e) {
     status.className = "status error";
     status.textContent = e.status === 404 ? e.message : `${e.message} Retrying every ${REFRESH_MS / 1000} s.`;
+    if (e.status === 401) askForToken();
     if (!(e instanceof ApiError)) reportError(e); // a bug in the panel, not the server: let it show
   } finally {
     const again = running.again || current !== screen;
@@ -73,6 +74,20 @@ async function refresh() {
     else timer = setTimeout(refresh, REFRESH_MS);
   }
 }
+
+// A 401 means no token or a refused one: forget it and ask (the form sits in the header).
+const tokenForm = document.getElementById("token-form");
+function askForToken() {
+  auth.token = "";
+  tokenForm.hidden = false;
+}
+tokenForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  auth.token = tokenForm.elements.token.value.trim();
+  tokenForm.reset();
+  tokenForm.hidden = true;
+  refresh();
+});
 
 document.getElementById("tickets-link").href = BOARD_URL;
 window.addEventListener("hashchange", mount);

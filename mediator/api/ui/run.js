@@ -4,7 +4,7 @@
 // answered in place (POST /v1/asks/{id}/answer). The record link leads to the record manifest,
 // which is sealed once the run ends (mediator.md I6).
 
-import { api } from "./api.js";
+import { api, auth, openWithToken } from "./api.js";
 import { el, fill, pairs, clockTime, duration } from "./dom.js";
 import { drawGraph } from "./graph.js";
 import { queueLine } from "./fleet.js";
@@ -66,10 +66,20 @@ function drawHead(head, run, record) {
 function recordLine(run, record) {
   const sealed = record && record.sealed;
   const files = record ? record.files || [] : [];
+  const link = (href, attrs) => el("a", { href, target: "_blank", rel: "noopener", onclick: opener(href), ...attrs });
   return el("p", { class: "record" },
-    el("a", { id: "record-link", href: api.recordUrl(run.run_id), target: "_blank", rel: "noopener", text: sealed ? "Sealed record" : "Record" }),
+    link(api.recordUrl(run.run_id), { id: "record-link", text: sealed ? "Sealed record" : "Record" }),
     el("span", { class: "muted", text: sealed ? " · sealed · " : " · open until the run ends, then sealed · " }),
-    files.map((f, i) => [i ? ", " : "", el("a", { href: api.recordUrl(run.run_id, f), target: "_blank", rel: "noopener", text: f })]));
+    files.map((f, i) => [i ? ", " : "", link(api.recordUrl(run.run_id, f), { text: f })]));
+}
+
+// Without a token the link itself does the work; with one, it must carry the header.
+function opener(href) {
+  return (event) => {
+    if (!auth.token) return;
+    event.preventDefault();
+    openWithToken(href).catch(() => {}); // a refused file shows in its own tab
+  };
 }
 
 function drawQueue(banner, run) {
