@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from mediator.tickets import claim as claiming
-from mediator.tickets.claim import claim, finish, heartbeat, read, release, start_session, write
+from mediator.tickets.claim import (
+    claim,
+    finish,
+    heartbeat,
+    read,
+    release,
+    start_session,
+    still_held,
+    write,
+)
 from mediator.tickets.frontmatter import Document
 from mediator.tickets.names import Lane
 from mediator.tickets.reclaim import is_stale, reclaim_stale
@@ -199,3 +208,30 @@ def test_the_snapshot_prefers_the_later_lane_while_a_claim_is_half_done(tmp_path
     os.link(queue.path(h, Lane.QUEUED), queue.path(h, Lane.IN_PROGRESS))  # link made, no unlink yet
     [ticket] = read_snapshot(queue).tickets
     assert ticket.lane is Lane.IN_PROGRESS
+
+
+def test_a_wip_written_to_after_it_was_judged_stale_is_put_back(tmp_path: Path) -> None:
+    """The reclaimer judges again once it holds the file: a live holder's write moves mtime."""
+    queue = QueueDir(tmp_path)
+    h = create_ticket(queue, "Alive after all")
+    held = claim(queue, h)
+    assert held is not None
+    later = time.time() + 3 * HOUR  # the write our re-check sees
+    os.utime(held.path, (later, later))
+    inode = os.stat(held.path).st_ino
+    assert reclaim_stale(queue, ttl=600.0, now=time.time() + HOUR) == []
+    assert names(queue) == [f"{h}.wip.md"] and os.stat(held.path).st_ino == inode
+    assert finish(held)
+
+
+def test_the_reclaimer_leaves_a_conflict_as_it_found_it(tmp_path: Path) -> None:
+    """Someone re-created the open file while the .wip was held: nothing is overwritten."""
+    queue = QueueDir(tmp_path)
+    h = create_ticket(queue, "Twice")
+    held = claim(queue, h)
+    assert held is not None
+    queue.path(h, Lane.QUEUED).write_text("---\ntitle: re-created by hand\n---\n")
+    assert reclaim_stale(queue, ttl=600.0, now=time.time() + HOUR) == []
+    assert names(queue) == [f"{h}.md", f"{h}.wip.md"]
+    assert still_held(held)
+    finish(held)
