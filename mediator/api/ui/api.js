@@ -73,5 +73,8 @@ export const api = {
   asks: () => request("GET", "v1/asks"),
   answer: (askId, answer, ok) => request("POST", `v1/asks/${id(askId)}/answer`, { answer, ok }),
   record: (runId) => request("GET", `v1/runs/${id(runId)}/record`),
-  recordUrl: (runId, file) => `v1/runs/${id(runId)}/record${file ? `/${file.split("/").map(id).join("/")}` : ""}`,
+  recordUrl: (runId, file) => {
+    const base = `v1/runs/${id(runId)}/record`;
+    return file ? `${base}/${file.split("/").map(id).join("/")}` : base;
+  },
 };

@@ -67,7 +67,8 @@ export function ago(iso, observedAt) {
 }
 
 export function timeCell(iso, observedAt) {
-  return el("time", { datetime: iso || null, title: iso || null, text: observedAt ? ago(iso, observedAt) : clockTime(iso) });
+  const text = observedAt ? ago(iso, observedAt) : clockTime(iso);
+  return el("time", { datetime: iso || null, title: iso || null, text });
 }
 
 // ---- countdowns (seed 003 §3.2) ----------------------------------------------------------------
@@ -76,7 +77,11 @@ export function timeCell(iso, observedAt) {
 
 export function countdown(expiresAt, observedAt, receivedAt) {
   const remaining = Math.max(0, Date.parse(expiresAt) - Date.parse(observedAt));
-  const span = el("span", { class: "countdown", "data-deadline": receivedAt + remaining, title: `expires_at ${expiresAt}` });
+  const span = el("span", {
+    class: "countdown",
+    "data-deadline": receivedAt + remaining,
+    title: `expires_at ${expiresAt}`,
+  });
   paintCountdown(span, performance.now());
   return span;
 }

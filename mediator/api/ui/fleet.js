@@ -27,7 +27,9 @@ export function fleetScreen(root, params, ctx) {
   const runs = el("div", { id: "runs" }, el("p", { class: "muted", text: "loading…" }));
   fill(root,
     el("section", { class: "fleet" }, el("h2", { text: "Fleet" }), cards),
-    el("section", { class: "runs" }, el("div", { class: "runs-head" }, el("h2", { text: "Runs" }), chips), runs));
+    el("section", { class: "runs" },
+      el("div", { class: "runs-head" }, el("h2", { text: "Runs" }), chips),
+      runs));
 
   async function refresh() {
     const [fleet, list] = await Promise.all([api.nodes(), api.runs(filter, RUN_LIMIT)]);
@@ -48,10 +50,13 @@ export function fleetScreen(root, params, ctx) {
   return { refresh, title: "Fleet & runs" };
 }
 
+const runHref = (runId) => `#/runs/${encodeURIComponent(runId)}`;
+
 function drawNodes(container, fleet, receivedAt) {
   if (!fleet.nodes.length) {
     fill(container, el("p", { class: "muted empty" },
-      "No live node. Start one with ", el("code", { text: "enode --url URL --node-id ID --caps caps.json" }), "."));
+      "No live node. Start one with ",
+      el("code", { text: "enode --url URL --node-id ID --caps caps.json" }), "."));
     return;
   }
   fill(container, fleet.nodes.map((n) => nodeCard(n, fleet.observed_at, receivedAt)));
@@ -60,12 +65,14 @@ function drawNodes(container, fleet, receivedAt) {
 function nodeCard(n, observedAt, receivedAt) {
   const lease = n.lease
     ? el("dd", { class: "lease" },
-      el("a", { href: `#/runs/${encodeURIComponent(n.lease.run_id)}`, class: "run-id", "data-lease": n.lease.run_id, text: n.lease.run_id }))
+      el("a", { href: runHref(n.lease.run_id), class: "run-id", "data-lease": n.lease.run_id },
+        n.lease.run_id))
     : el("dd", { class: "lease idle", text: "idle" });
   const drain = n.drain
     ? el("dd", { class: "drain draining", text: `draining (${n.drain})` })
     : el("dd", { class: "drain", text: "accepting" });
-  return el("article", { class: `card node${n.drain ? " is-draining" : ""}${n.lease ? " is-leased" : ""}`, "data-node": n.node_id },
+  const classes = ["card", "node", n.drain ? "is-draining" : "", n.lease ? "is-leased" : ""];
+  return el("article", { class: classes.join(" ").trim(), "data-node": n.node_id },
     el("header", {},
       el("h3", { text: n.label || n.node_id }),
       n.label ? el("code", { class: "node-id", text: n.node_id }) : null),
@@ -82,7 +89,8 @@ function drawRuns(container, list, details, filter, ctx) {
     fill(container, el("p", { class: "muted empty", text: filter ? `No ${filter} run.` : "No run yet." }));
     return;
   }
-  const head = el("tr", {}, ["run", "state", "waiting / where", "steps now", "work", "created", "ended"].map((h) => el("th", { text: h })));
+  const columns = ["run", "state", "waiting / where", "steps now", "work", "created", "ended"];
+  const head = el("tr", {}, columns.map((h) => el("th", { text: h })));
   const rows = list.runs.map((r) => runRow(r, details.get(r.run_id), list.observed_at, ctx));
   const note = list.runs.length >= RUN_LIMIT
     ? el("p", { class: "muted", text: `The latest ${RUN_LIMIT} runs are shown.` })
@@ -91,9 +99,9 @@ function drawRuns(container, list, details, filter, ctx) {
 }
 
 function runRow(r, detail, observedAt, ctx) {
-  const open = () => ctx.navigate(`#/runs/${encodeURIComponent(r.run_id)}`);
+  const open = () => ctx.navigate(runHref(r.run_id));
   return el("tr", { class: "run-row", "data-run": r.run_id, "data-state": r.state, onclick: open },
-    el("td", {}, el("a", { class: "run-id", href: `#/runs/${encodeURIComponent(r.run_id)}`, text: r.run_id })),
+    el("td", {}, el("a", { class: "run-id", href: runHref(r.run_id), text: r.run_id })),
     el("td", {}, el("span", { class: `pill state-${r.state}`, text: r.state }),
       r.verdict ? el("span", { class: "verdict", text: ` ${r.verdict}` }) : null),
     el("td", { class: "where" }, where(r, detail)),
@@ -112,7 +120,9 @@ function where(r, detail) {
     return el("div", { class: "queued" }, queueLine(detail));
   }
   if (r.reject) return el("span", { class: "reject", text: r.reject.message || r.reject.code });
-  if (r.assigned) return Object.entries(r.assigned).map(([role, node]) => el("div", { text: `${role} → ${node}` }));
+  if (r.assigned) {
+    return Object.entries(r.assigned).map(([role, node]) => el("div", { text: `${role} → ${node}` }));
+  }
   return "";
 }
 
@@ -123,7 +133,11 @@ export function queueLine(detail) {
   if (w.busy && w.busy.length) extra.push(`busy: ${w.busy.join(", ")}`);
   if (w.draining && w.draining.length) extra.push(`draining: ${w.draining.join(", ")}`);
   return [
-    el("span", { class: "queue-pos", "data-position": detail.queue_position, text: `#${detail.queue_position} in queue` }),
+    el("span", {
+      class: "queue-pos",
+      "data-position": detail.queue_position,
+      text: `#${detail.queue_position} in queue`,
+    }),
     w.code ? el("span", { class: "wait-code", text: w.code }) : null,
     el("span", { class: "wait-reason", text: w.message || "" }),
     extra.length ? el("span", { class: "wait-nodes", text: extra.join(" · ") }) : null,

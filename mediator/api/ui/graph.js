@@ -47,7 +47,8 @@ export function layout(steps) {
     const used = column.length * BOX.h + (column.length - 1) * BOX.gapY;
     const top = (height - used) / 2;
     column.forEach((s, i) => {
-      boxes.set(s.name, { step: s, depth: d, x: BOX.pad + d * (BOX.w + BOX.gapX), y: top + i * (BOX.h + BOX.gapY) });
+      const x = BOX.pad + d * (BOX.w + BOX.gapX);
+      boxes.set(s.name, { step: s, depth: d, x, y: top + i * (BOX.h + BOX.gapY) });
     });
   });
 
@@ -62,7 +63,8 @@ export function layout(steps) {
       const x2 = b.x;
       const y2 = b.y + BOX.h / 2;
       const mid = (x1 + x2) / 2;
-      edges.push({ from: name, to: s.name, done: a.step.state === "PASSED", d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - 2},${y2}` });
+      const d = `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - 2},${y2}`;
+      edges.push({ from: name, to: s.name, done: a.step.state === "PASSED", d });
     }
   }
   const width = BOX.pad * 2 + columns.length * BOX.w + Math.max(0, columns.length - 1) * BOX.gapX;
@@ -76,8 +78,10 @@ function clip(text, chars) {
 // The lines inside a box: name; state and kind; once running, node and attempt; what was chosen.
 function boxLines(s) {
   const lines = [clip(s.name, 24)];
-  lines.push(s.kind === "ask" ? `${s.state} · ask` : `${s.state} · ${s.role}${s.uses && s.uses !== "shell" ? ` · ${s.uses}` : ""}`);
-  if (s.node_id) lines.push(s.attempt > 0 ? `on ${s.node_id} · attempt ${s.attempt}` : `for ${s.node_id} · not claimed`);
+  const uses = s.uses && s.uses !== "shell" ? ` · ${s.uses}` : "";
+  lines.push(s.kind === "ask" ? `${s.state} · ask` : `${s.state} · ${s.role}${uses}`);
+  if (s.node_id && s.attempt > 0) lines.push(`on ${s.node_id} · attempt ${s.attempt}`);
+  else if (s.node_id) lines.push(`for ${s.node_id} · not claimed`);
   else if (s.kind === "ask") lines.push(clip(s.ask || "", 28));
   else lines.push("no node yet");
   const matched = s.chosen && s.chosen.matched ? pairs(s.chosen.matched).join(", ") : "";
@@ -96,10 +100,18 @@ function tooltip(s) {
 
 export function drawGraph(steps) {
   const g = layout(steps);
-  const arrow = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+  const arrow = svg("marker", {
+    id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto",
+  },
     svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow-head" }));
   const edges = g.edges.map((e) =>
-    svg("path", { class: `edge${e.done ? " done" : ""}`, d: e.d, "data-from": e.from, "data-to": e.to, "marker-end": "url(#arrow)" }));
+    svg("path", {
+      class: `edge${e.done ? " done" : ""}`,
+      d: e.d,
+      "data-from": e.from,
+      "data-to": e.to,
+      "marker-end": "url(#arrow)",
+    }));
   const boxes = g.boxes.map(({ step: s, x, y, depth }) =>
     svg("g", {
       class: `step kind-${s.kind} state-${s.state}`,
@@ -113,8 +125,16 @@ export function drawGraph(steps) {
     },
     svg("title", { text: tooltip(s) }),
     svg("rect", { width: BOX.w, height: BOX.h, rx: 7 }),
-    boxLines(s).map((line, i) => svg("text", { x: 10, y: 18 + i * 17, class: i === 0 ? "name" : "line", text: line }))));
+    boxLines(s).map((line, i) =>
+      svg("text", { x: 10, y: 18 + i * 17, class: i === 0 ? "name" : "line", text: line }))));
   return el("div", { class: "graph-scroll" },
-    svg("svg", { class: "graph", width: g.width, height: g.height, viewBox: `0 0 ${g.width} ${g.height}`, role: "img", "aria-label": `work graph of ${steps.length} steps` },
+    svg("svg", {
+      class: "graph",
+      width: g.width,
+      height: g.height,
+      viewBox: `0 0 ${g.width} ${g.height}`,
+      role: "img",
+      "aria-label": `work graph of ${steps.length} steps`,
+    },
       svg("defs", {}, arrow), svg("g", { class: "edges" }, edges), svg("g", { class: "boxes" }, boxes)));
 }

@@ -61,7 +61,8 @@ async function refresh() {
   try {
     await current.refresh();
     status.className = "status ok";
-    status.textContent = `updated ${new Date().toLocaleTimeString([], { hour12: false })} · every ${REFRESH_MS / 1000} s`;
+    const now = new Date().toLocaleTimeString([], { hour12: false });
+    status.textContent = `updated ${now} · every ${REFRESH_MS / 1000} s`;
   } catch (e) {
     status.className = "status error";
     status.textContent = e.status === 404 ? e.message : `${e.message} Retrying every ${REFRESH_MS / 1000} s.`;

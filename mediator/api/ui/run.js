@@ -46,14 +46,18 @@ export function runScreen(root, runId, ctx) {
 }
 
 function drawHead(head, run, record) {
+  const took = duration(Date.parse(run.ended_at) - Date.parse(run.started_at || run.created_at));
+  const ended = run.ended_at ? `${clockTime(run.ended_at)} (${took})` : "—";
   const facts = [
     ["work", run.work_id || "—"],
     ["submitted by", run.submitter || "—"],
     ["created", clockTime(run.created_at)],
     ["started", clockTime(run.started_at)],
-    ["ended", run.ended_at ? `${clockTime(run.ended_at)} (${duration(Date.parse(run.ended_at) - Date.parse(run.started_at || run.created_at))})` : "—"],
+    ["ended", ended],
   ];
-  if (run.assigned) facts.push(["nodes", Object.entries(run.assigned).map(([r, n]) => `${r} → ${n}`).join(", ")]);
+  if (run.assigned) {
+    facts.push(["nodes", Object.entries(run.assigned).map(([r, n]) => `${r} → ${n}`).join(", ")]);
+  }
   if (run.reject) facts.push(["refused", run.reject.message || run.reject.code]);
   fill(head,
     el("h2", {}, "Run ", el("code", { class: "run-id", text: run.run_id }), " ",
@@ -66,10 +70,12 @@ function drawHead(head, run, record) {
 function recordLine(run, record) {
   const sealed = record && record.sealed;
   const files = record ? record.files || [] : [];
-  const link = (href, attrs) => el("a", { href, target: "_blank", rel: "noopener", onclick: opener(href), ...attrs });
+  const link = (href, attrs) =>
+    el("a", { href, target: "_blank", rel: "noopener", onclick: opener(href), ...attrs });
+  const state = sealed ? " · sealed · " : " · open until the run ends, then sealed · ";
   return el("p", { class: "record" },
     link(api.recordUrl(run.run_id), { id: "record-link", text: sealed ? "Sealed record" : "Record" }),
-    el("span", { class: "muted", text: sealed ? " · sealed · " : " · open until the run ends, then sealed · " }),
+    el("span", { class: "muted", text: state }),
     files.map((f, i) => [i ? ", " : "", link(api.recordUrl(run.run_id, f), { text: f })]));
 }
 
@@ -108,13 +114,20 @@ function drawAsks(section, forms, open, run, ctx) {
 
 function askForm(ask, run, ctx) {
   const step = run.steps.find((s) => s.seq === ask.seq);
-  const input = el("input", { name: "answer", type: "text", placeholder: "answer (a note for the record)", "aria-label": "answer", autocomplete: "off" });
+  const raised = clockTime(ask.raised_at);
+  const input = el("input", {
+    name: "answer",
+    type: "text",
+    placeholder: "answer (a note for the record)",
+    "aria-label": "answer",
+    autocomplete: "off",
+  });
   const error = el("span", { class: "ask-error", role: "alert" });
   const okButton = el("button", { type: "submit", class: "ok", text: "OK" });
   const noButton = el("button", { type: "button", class: "not-ok", text: "Not OK" });
   const form = el("form", { class: "ask", "data-ask": ask.ask_id },
     el("p", { class: "question", text: ask.question }),
-    el("p", { class: "muted", text: `step ${step ? step.name : ask.seq} · raised ${clockTime(ask.raised_at)}` }),
+    el("p", { class: "muted", text: `step ${step ? step.name : ask.seq} · raised ${raised}` }),
     el("div", { class: "ask-controls" }, input, okButton, noButton, error));
   const send = async (ok) => {
     okButton.disabled = noButton.disabled = true;
@@ -141,7 +154,8 @@ function legend() {
 }
 
 function stepTable(steps) {
-  const head = ["seq", "step", "kind", "role", "after", "state", "node", "attempt", "chosen", "started", "ended"];
+  const head = ["seq", "step", "kind", "role", "after", "state", "node", "attempt", "chosen",
+    "started", "ended"];
   return el("table", { class: "steps" },
     el("thead", {}, el("tr", {}, head.map((h) => el("th", { text: h })))),
     el("tbody", {}, steps.map((s) => el("tr", { "data-seq": s.seq },
@@ -153,7 +167,11 @@ function stepTable(steps) {
       el("td", {}, el("span", { class: `pill state-${s.state}`, text: s.state })),
       el("td", { text: s.node_id || "—" }),
       el("td", { text: s.attempt }),
-      el("td", { class: "chosen", text: s.chosen ? `${s.chosen.node} · ${pairs(s.chosen.matched).join(", ")}` : "—", title: s.chosen ? JSON.stringify(s.chosen) : null }),
+      el("td", {
+        class: "chosen",
+        text: s.chosen ? `${s.chosen.node} · ${pairs(s.chosen.matched).join(", ")}` : "—",
+        title: s.chosen ? JSON.stringify(s.chosen) : null,
+      }),
       el("td", { text: clockTime(s.started_at) }),
       el("td", { text: clockTime(s.ended_at) })))));
 }
