@@ -34,6 +34,7 @@ class Process:
     proc: subprocess.Popen  # type: ignore[type-arg]
     output: list[str] = field(default_factory=list)
     _lines: queue.Queue[str] = field(default_factory=queue.Queue)
+    _pump: threading.Thread | None = None
 
     @classmethod
     def start(
@@ -48,7 +49,10 @@ class Process:
             cwd=cwd,
         )
         p = cls(proc)
-        threading.Thread(target=_pump, args=(proc.stdout, p._lines, p.output), daemon=True).start()
+        p._pump = threading.Thread(
+            target=_pump, args=(proc.stdout, p._lines, p.output), daemon=True
+        )
+        p._pump.start()
         return p
 
     def wait_for(self, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
@@ -78,6 +82,10 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+        if self._pump is not None:
+            self._pump.join(timeout=5)  # the pipe reaches EOF once the child has exited
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()  # an open pipe is a ResourceWarning, an error here
         return self.proc.returncode
 
 
@@ -88,13 +96,21 @@ class Server:
     records: Path
 
 
-def start_server(dsn: str, workdir: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
-    """``mediator serve --dev`` on ``dsn`` (no embedded cluster), on a free loopback port."""
+def start_server(
+    dsn: str,
+    workdir: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    tokens: str | None = None,
+) -> Server:
+    """``mediator serve`` on ``dsn`` (no embedded cluster), on a free loopback port: ``--dev``,
+    or with the tokens file ``tokens``."""
     records = workdir / "records"
+    auth = ["--tokens", tokens] if tokens else ["--dev"]
     argv = [
         sys.executable, "-m", "mediator.cli.main",
         "--data", str(workdir / "pg"), "--records", str(records),
-        "serve", "--dev", "--host", "127.0.0.1", "--port", "0", "--database-url", dsn, *extra,
+        "serve", *auth, "--host", "127.0.0.1", "--port", "0", "--database-url", dsn, *extra,
     ]  # fmt: skip
     p = Process.start(argv, env=env)
     url = p.wait_for(READY).group(1)
