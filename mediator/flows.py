@@ -678,6 +678,11 @@ class Mediator(LifecycleMixin):
         with self.store.tx() as tx:
             return tx.node_principal(node_id)
 
+    def query(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
+        """A read-only SQL query (rows as dicts) for analytics: the simulator and notebooks read
+        runs, steps and events this way; a write raises MediatorError."""
+        return self.store.read_only(sql, params)
+
     def ping(self) -> bool:
         """The database answers (``/healthz``)."""
         with self.store.tx() as tx:

@@ -436,6 +436,26 @@ class Store:
         except psycopg.Error as exc:
             raise _map_error(exc) from exc
 
+    def read_only(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run one query in a READ ONLY transaction: analytics (the simulator, notebooks) read
+        the database this way and can never write it (api.md §5)."""
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                if self.clock is not None:
+                    conn.execute(
+                        "SELECT set_config('mediator.now', %s, true)", (self.clock().isoformat(),)
+                    )
+                with conn.cursor(row_factory=dict_row) as cur:
+                    cur.execute(sql.encode() if params is None else sql, params, prepare=False)
+                    return cur.fetchall() if cur.description else []
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise MediatorError("Analytics queries are read-only.") from exc
+        except psycopg.Error as exc:
+            raise _map_error(exc) from exc
+
     def close(self) -> None:
         self.pool.close()
 

@@ -157,3 +157,15 @@ def test_steps_carry_chosen_what_hardware_ran_them(med):
         "instance": "inst-7",
         "matched": {"board": "stm32f4", "rev": 3},
     }
+
+
+def test_analytics_queries_are_read_only(med):
+    """api.md §5: the simulator reads the database for analytics and can never write it."""
+    from mediator import MediatorError
+
+    advert(med, "X")
+    med.submit(contract("a"))
+    assert med.query("SELECT run_id, state FROM runs") == [{"run_id": "a", "state": "RUNNING"}]
+    with pytest.raises(MediatorError):
+        med.query("DELETE FROM runs")
+    assert med.query("SELECT count(*) AS n FROM runs") == [{"n": 1}]
