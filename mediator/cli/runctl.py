@@ -30,6 +30,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_REJECTED = 3
+EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 TERMINAL = frozenset({"PASSED", "FAILED"})
 DEFAULT_INTERVAL = 1.0
 DEFAULT_TIMEOUT = 3600.0
@@ -182,6 +183,9 @@ def main(
             cli.dump(exc.body)
         print(f"runctl: {exc}", file=err)
         return EXIT_ERROR
+    except KeyboardInterrupt:  # Ctrl-C during watch/--wait: the run goes on; say so, no traceback
+        print("runctl: interrupted (the run is not cancelled)", file=err)
+        return EXIT_INTERRUPTED
     finally:
         if client is None:
             cli.client.close()

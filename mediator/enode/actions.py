@@ -112,10 +112,11 @@ def _seconds(with_: Mapping[str, Any], key: str, *, required: bool) -> float | N
     value = with_.get(key)
     if value is None and not required:
         return None
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0:  # type: ignore[arg-type]
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"`{key}` must be a number of seconds >= 0, not {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"`{key}` must be a number of seconds >= 0, not {value!r}")
+    return float(value)
 
 
 def shell(with_: Mapping[str, Any], ctx: Context) -> Outcome:
@@ -124,10 +125,13 @@ def shell(with_: Mapping[str, Any], ctx: Context) -> Outcome:
     ``with``: ``cmd`` (a string run by ``/bin/sh -c``, or a list of strings run as argv), optional
     ``timeout`` (seconds; the command's process group is killed when it passes).
     """
-    cmd = with_.get("cmd")
-    is_argv = isinstance(cmd, list) and cmd and all(isinstance(c, str) for c in cmd)
-    if not (isinstance(cmd, str) and cmd.strip()) and not is_argv:
-        return Outcome("fail", f"shell: `cmd` must be a string or a list of strings, not {cmd!r}")
+    given = with_.get("cmd")
+    if isinstance(given, str) and given.strip():
+        cmd: str | list[str] = given
+    elif isinstance(given, list) and given and all(isinstance(c, str) for c in given):
+        cmd = given
+    else:
+        return Outcome("fail", f"shell: `cmd` must be a string or a list of strings, not {given!r}")
     try:
         timeout = _seconds(with_, "timeout", required=False)
     except ValueError as exc:

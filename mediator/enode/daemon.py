@@ -25,8 +25,10 @@ Rules it follows, and why:
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import threading
+import os
+import select
 import time
 import traceback
 import uuid
@@ -113,14 +115,19 @@ class Daemon:
         self._drain_file = Path(drain_file) if drain_file is not None else None
         self._drain_file_text: str | None = None
         self._advertised_drain: str | None = None  # policy of the last advert the server took
-        self._next_advert = -float("inf")  # due at the first tick
+        self._next_advert = -float("inf")  # the heartbeat: due at the first tick
+        self._not_before = -float("inf")  # no advert before this (after one went unanswered)
         self._ended: set[str] = set()
         self._unreported: _Report | None = None
         self._stopping = False
         self._stop_now = False
         self._fatal: DaemonError | None = None
         self._down = False
-        self._wake = threading.Event()
+        # The self-pipe that ends an idle wait early. Not a threading.Event: stop() runs in a
+        # signal handler, which may interrupt the main thread while it holds the Event's lock,
+        # and a pipe write takes no lock.
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
         self._sleep = sleep or time.sleep
         self._idle = sleep or self._wait_for_wake
 
@@ -136,7 +143,7 @@ class Daemon:
             if self.drain != "at-boundary":
                 self._set_drain("graceful")
             log.info("stopping: drain %s, finishing the current run", self.drain)
-        self._wake.set()
+        self._nudge()
 
     def set_drain(self, policy: str) -> None:
         """Change the drain policy; the next tick advertises it. Ignored once stopping."""
@@ -145,19 +152,25 @@ class Daemon:
             log.info("drain %r ignored: the node is stopping", policy)
             return
         self._set_drain(policy)
-        self._wake.set()
+        self._nudge()
 
     def _set_drain(self, policy: str) -> None:
         if policy != self.drain:
             log.info("drain policy %r -> %r", self.drain, policy)
+            # Nothing else: the advert is due because self.drain now differs from the policy
+            # last advertised. Resetting the heartbeat here instead would race with an advert in
+            # flight in the main thread (this runs in a signal handler), which would then set the
+            # next advert a whole interval away and lose the change.
             self.drain = policy
-            self._next_advert = -float("inf")
 
     # ---- the loop ----------------------------------------------------------------------------
 
     def run(self) -> int:
         """Tick until finished. Returns the exit status: 0, or 1 if the server refused the node."""
         log.info("node %s instance %s -> %s", self.node_id, self.instance, self.client.url)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         try:
             while not self.finished:
                 if not self.tick() and not self.finished:
@@ -165,6 +178,10 @@ class Daemon:
         except DaemonError as exc:
             log.error("%s", exc)
             return 1
+        finally:
+            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), None, None
+            for fd in fds:
+                os.close(fd)
         log.info("node %s stopped", self.node_id)
         return 0
 
@@ -216,11 +233,24 @@ class Daemon:
         return False
 
     def _idle_time(self) -> float:
-        return max(0.0, min(self.poll_seconds, self._next_advert - self.clock()))
+        return max(0.0, min(self.poll_seconds, self._advert_due_in()))
 
     def _wait_for_wake(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
+        r = self._wake_r
+        if r is None:  # not inside run(): nothing can nudge
+            time.sleep(seconds)
+            return
+        select.select([r], [], [], seconds)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(r, 64):
+                pass
+
+    def _nudge(self) -> None:
+        w = self._wake_w
+        if w is not None:
+            # Full pipe: a wake-up is already pending. Closed: run() is over.
+            with contextlib.suppress(OSError):
+                os.write(w, b"\0")
 
     # ---- adverts -------------------------------------------------------------------------------
 
@@ -230,9 +260,9 @@ class Daemon:
         Safe to call from inside an action (it is the heartbeat): it never raises; a refusal for
         good is kept and raised by the next :meth:`tick`.
         """
-        now = self.clock()
-        if now < self._next_advert:
+        if self._advert_due_in() > 0:
             return
+        now = self.clock()
         drain = self.drain
         try:
             ttl = self.client.advert(
@@ -241,10 +271,10 @@ class Daemon:
         except ApiError as exc:
             if isinstance(exc, Unreachable) or exc.status >= 500 or exc.status == 429:
                 self._note_failure("advert", exc)
-                self._next_advert = now + min(_RETRY_ADVERT, self._interval())
+                self._not_before = now + min(_RETRY_ADVERT, self._interval())
             else:
                 self._fatal = DaemonError(f"the Mediator refused node {self.node_id}: {exc}")
-                self._next_advert = float("inf")
+                self._not_before = float("inf")
             return
         self._note_recovery()
         if self._advertised_drain != drain:
@@ -253,6 +283,12 @@ class Daemon:
         self.advert_ttl = ttl
         self._advertised_drain = drain
         self._next_advert = now + self._interval()
+
+    def _advert_due_in(self) -> float:
+        """Seconds until an advert is due: the heartbeat's, or now if the policy changed."""
+        now = self.clock()
+        due = now if self.drain != self._advertised_drain else self._next_advert
+        return max(due, self._not_before) - now
 
     def _interval(self) -> float:
         return self.advert_ttl / 3 if self.advert_ttl else _RETRY_ADVERT
@@ -348,7 +384,7 @@ class Daemon:
         end = self.clock() + seconds
         while (left := end - self.clock()) > 0:
             self.advert_if_due()
-            self._sleep(max(0.0, min(left, self._next_advert - self.clock())))
+            self._sleep(max(0.0, min(left, self._advert_due_in())))
 
     def _flush(self) -> bool:
         """Send the kept result. False if it must be sent again later."""

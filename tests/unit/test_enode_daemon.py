@@ -13,7 +13,7 @@ import logging
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -86,6 +86,7 @@ class Wire(httpx.BaseTransport):
         self.sent: list[str] = []
         self.at: list[tuple[float, str]] = []
         self._faults: list[str] = []
+        self.meanwhile: Callable[[str], None] = lambda what: None
 
     def drop_next(self, pattern: str) -> None:
         """The next request whose ``METHOD /path`` matches ``pattern`` gets no answer."""
@@ -99,6 +100,7 @@ class Wire(httpx.BaseTransport):
         what = f"{request.method} {request.url.path}"
         self.sent.append(what)
         self.at.append((self.clock.now, what))
+        self.meanwhile(what)
         for pattern in self._faults:
             if re.fullmatch(pattern, what):
                 self._faults.remove(pattern)
@@ -352,6 +354,18 @@ def test_a_stop_with_nothing_held_ends_at_the_next_tick(node, med):
     assert node.tick() is False
     assert node.finished
     assert med.list_nodes().nodes[0].drain == "graceful"
+
+
+def test_a_stop_while_an_advert_is_in_flight_is_advertised_next(node, wire):
+    """SIGTERM lands while the main thread waits for an advert's answer (a real race: found
+    by the process test). The drain it asks for must not be lost when that answer arrives."""
+    wire.meanwhile = lambda what: node.stop() if what == "POST /v1/nodes" else None
+    node.tick()
+    wire.meanwhile = lambda what: None
+    assert wire.take() == ["POST /v1/nodes"]  # the draining advert is not known yet: no poll
+    node.tick()
+    assert wire.take() == ["POST /v1/nodes", "GET /v1/nodes"]
+    assert node.finished
 
 
 def test_run_loops_until_stopped_and_exits_0(url, clock):

@@ -111,6 +111,22 @@ def test_a_server_that_is_not_there_is_one_line_and_exit_1(dead_url):
     assert "Traceback" not in err
 
 
+def test_ctrl_c_while_waiting_is_one_line_and_leaves_the_run_alone():
+    def poll(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"run_id": "r1", "state": "RUNNING", "steps": []})
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    client = Client("http://mediator", transport=httpx.MockTransport(poll))
+    code, out, err = run("watch", "r1", client=client, sleep=interrupt)
+    assert (code, out, err) == (
+        130,
+        "RUNNING\n",
+        "runctl: interrupted (the run is not cancelled)\n",
+    )
+
+
 def test_url_and_token_come_from_the_environment(dead_url, monkeypatch):
     monkeypatch.setenv("MEDIATOR_URL", dead_url)
     assert run("nodes")[2].startswith(f"runctl: cannot reach the Mediator at {dead_url}")
