@@ -46,7 +46,7 @@ def _model(caps: list[dict[str, Any]]) -> Model:
     return Model(materialize(sc))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(
     fleet=st.lists(
         st.tuples(CAPS, st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=5
