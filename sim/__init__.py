@@ -22,13 +22,17 @@ from sim.analysis import (
     quantile_ci,
     replicate,
 )
-from sim.model import ModelResult, run_model
+from sim.model import EventQueue, ModelResult, promotions_diff, run_model, to_us
 from sim.scenarios import SCENARIOS, Scenario
 from sim.traces import fifo_waits, read_csv_trace, read_swf
-from sim.workload import Plan, materialize
+from sim.workload import Answer, Arrival, Attempt, Plan, materialize
 
 __all__ = [
     "SCENARIOS",
+    "Answer",
+    "Arrival",
+    "Attempt",
+    "EventQueue",
     "ModelResult",
     "Plan",
     "Scenario",
@@ -40,9 +44,11 @@ __all__ = [
     "mmc_p_wait_gt",
     "mmc_wait_quantile",
     "mmc_wq",
+    "promotions_diff",
     "quantile_ci",
     "read_csv_trace",
     "read_swf",
     "replicate",
     "run_model",
+    "to_us",
 ]

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from sim import scenarios as S
-from sim.model import run_model, satisfies
+from sim.model import promotions_diff, run_model, satisfies
 from sim.scenarios import (
     Constant,
     Fleet,
@@ -553,3 +553,15 @@ def test_R6_and_I7_in_the_mixed_scenario() -> None:
     for _, group in runs_df.groupby("template"):
         started = group.sort_values(["created_at", "run_id"])["started_at"].to_numpy()
         assert (np.diff(started) >= 0).all()
+
+
+def test_promotions_diff_names_the_first_divergence() -> None:
+    """The differential test's report: None when equal, else the first diverging promotion."""
+    ours = run_model(S.vanished_node()).promotions
+    assert promotions_diff(ours, ours.copy()) is None
+    theirs = ours.copy()
+    theirs.loc[1, "at_s"] = 700.0
+    assert promotions_diff(ours, theirs) == (
+        "promotion #1: (300.0, 'r0000001', 'x000') != (700.0, 'r0000001', 'x000')"
+    )
+    assert promotions_diff(ours, theirs.iloc[:1]).startswith("promotion #1:")
