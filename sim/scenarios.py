@@ -247,7 +247,8 @@ class Trace:
     """Replay a trace file (sim.md §5.8): `format` "swf" or "csv"; `path` None = the shipped
     NASA Ames iPSC/860 log. Submit times are multiplied by `time_scale`, run times by
     `duration_scale`; each row becomes a run of the workload's first template, whose single exec
-    step takes the row's run time (a CSV `needs` column overrides the template's needs)."""
+    step takes the row's run time (a CSV `needs` column overrides the template's needs). A CSV's
+    own `run_id`s are not used: plan run_ids must sort in arrival order (FIFO ties, R6)."""
 
     path: str | None = None
     format: str = "swf"

@@ -108,3 +108,20 @@ def test_csv_replay_with_ties_and_zero_durations_equals_the_recursion(tmp_path: 
     np.testing.assert_array_equal(
         result.runs["wait_s"].to_numpy(), fifo_waits(submit.astype(float), dur.astype(float), 3)
     )
+
+
+def test_csv_replay_honours_per_row_needs(tmp_path: Path) -> None:
+    """api.md §6: runs need the capability every node has unless the CSV says otherwise."""
+    path = tmp_path / "needs.csv"
+    path.write_text(
+        "submit_s,run_id,duration_s,needs\n"
+        "0,a,10,\n"
+        '1,b,10,"{""pool"": ""lab""}"\n'
+        '2,c,10,"{""gpu"": true}"\n'
+        '3,d,10,"{""node"": {""pool"": ""lab""}}"\n'
+    )
+    plan = materialize(S.trace(str(path), nodes=2))
+    assert plan.arrivals[2].contract["roles"] == {"node": {"gpu": True}}
+    runs = run_model(plan).runs.set_index("run_id")
+    assert runs["verdict"].tolist() == ["pass", "pass", "rejected", "pass"]
+    assert runs.loc["r0000003", "wait_s"] == 7.0  # until a frees n000 at 10 (b holds n001)
