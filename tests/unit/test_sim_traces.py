@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +126,14 @@ def test_csv_replay_honours_per_row_needs(tmp_path: Path) -> None:
     runs = run_model(plan).runs.set_index("run_id")
     assert runs["verdict"].tolist() == ["pass", "pass", "rejected", "pass"]
     assert runs.loc["r0000003", "wait_s"] == 7.0  # until a frees n000 at 10 (b holds n001)
+
+
+def test_more_nodes_never_make_a_nasa_job_wait_longer() -> None:
+    """Common random numbers (sim.md §2) make fleet sizes comparable job by job: under FIFO on
+    identical nodes no job waits longer when a node is added — what capacity planning relies on."""
+    waits = [
+        run_model(S.trace(nodes=c), record_events=False).runs["wait_s"].to_numpy()
+        for c in (3, 4, 5)
+    ]
+    for fewer, more in itertools.pairwise(waits):
+        assert (more <= fewer).all() and more.mean() < fewer.mean()
