@@ -930,8 +930,3 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "asks": asks,
     "trace": trace,
 }
-
-
-def templates_by_name(scenario: Scenario) -> dict[str, Template]:
-    """The scenario's templates keyed by name."""
-    return {t.name: t for t in scenario.workload.templates}
