@@ -5,27 +5,41 @@ The public face (api.md §6)::
     from mediator import Mediator, Config
     med = Mediator.connect()           # embedded PostgreSQL, wall clock
     sub = med.submit(contract)         # sub.status: 201 / 202 / 200 / 422
+
+Names are imported on first use (PEP 562): ``enode`` and ``runctl`` import ``mediator.client``
+and must not pay for — or depend on — the store and psycopg that ``Mediator`` brings in.
 """
 
 from __future__ import annotations
 
-from mediator.config import Config
-from mediator.errors import (
-    ConfigError,
-    Conflict,
-    ContractError,
-    DuplicateRun,
-    Forbidden,
-    MediatorError,
-    NodeTaken,
-    NotFound,
-    PostgresNotInstalled,
-    StoreUnavailable,
-)
-from mediator.flows import Mediator, Submission, WakeReport
-from mediator.rows import Ask, Fleet, Node, Run, RunList, RunSummary, Step
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Mediator": "mediator.flows",
+    "Submission": "mediator.flows",
+    "WakeReport": "mediator.flows",
+    "Config": "mediator.config",
+    "Ask": "mediator.rows",
+    "Fleet": "mediator.rows",
+    "Node": "mediator.rows",
+    "Run": "mediator.rows",
+    "RunList": "mediator.rows",
+    "RunSummary": "mediator.rows",
+    "Step": "mediator.rows",
+    "ConfigError": "mediator.errors",
+    "Conflict": "mediator.errors",
+    "ContractError": "mediator.errors",
+    "DuplicateRun": "mediator.errors",
+    "Forbidden": "mediator.errors",
+    "MediatorError": "mediator.errors",
+    "NodeTaken": "mediator.errors",
+    "NotFound": "mediator.errors",
+    "PostgresNotInstalled": "mediator.errors",
+    "StoreUnavailable": "mediator.errors",
+}
 
 __all__ = [
     "Ask",
@@ -51,3 +65,29 @@ __all__ = [
     "WakeReport",
     "__version__",
 ]
+
+if TYPE_CHECKING:
+    from mediator.config import Config
+    from mediator.errors import (
+        ConfigError,
+        Conflict,
+        ContractError,
+        DuplicateRun,
+        Forbidden,
+        MediatorError,
+        NodeTaken,
+        NotFound,
+        PostgresNotInstalled,
+        StoreUnavailable,
+    )
+    from mediator.flows import Mediator, Submission, WakeReport
+    from mediator.rows import Ask, Fleet, Node, Run, RunList, RunSummary, Step
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mediator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
