@@ -427,17 +427,20 @@ class Scenario:
     @classmethod
     def from_toml(cls, source: str | Path) -> Scenario:
         """Load from a TOML file path or from TOML text."""
-        text = source
-        if isinstance(source, Path) or (
-            "\n" not in source and "=" not in source and Path(source).exists()
-        ):
-            text = Path(source).read_text(encoding="utf-8")
-        return cls.from_dict(tomllib.loads(str(text)))
+        if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
+            source = Path(source).read_text(encoding="utf-8")
+        return cls.from_dict(tomllib.loads(source))
 
     def scenario_hash(self) -> str:
         """A stable digest of the scenario (sha256 of its canonical JSON, 16 hex digits)."""
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def with_sets(self, assignments: list[str]) -> Scenario:
+        """A copy with `key=value` assignments applied, as `python -m sim run --set` gives them:
+        the value is read as a TOML value (`2`, `false`, `0.5`, `"x"`, `[1, 2]`), and taken as
+        a plain string when it is not one (`name=my run`)."""
+        return self.with_overrides(dict(parse_set(a) for a in assignments))
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Scenario:
         """A copy with dotted-path values replaced, e.g. `{"settings.wake_on_return": False,
@@ -454,6 +457,18 @@ class Scenario:
             else:
                 node[last] = value
         return Scenario.from_dict(d)
+
+
+def parse_set(assignment: str) -> tuple[str, Any]:
+    """`"settings.max_width=2"` → `("settings.max_width", 2)`; see `Scenario.with_sets`."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"expected key=value, got {assignment!r}")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    return key.strip(), value
 
 
 # -- dict conversion ---------------------------------------------------------------------------

@@ -90,3 +90,15 @@ def test_validation_names_the_problem() -> None:
 def test_trace_defaults_to_the_shipped_file() -> None:
     plan = materialize(S.trace(runs=10))
     assert len(plan.arrivals) == 10 and plan.arrivals[1].at_s == 1460.0
+
+
+def test_command_line_sets_are_read_as_toml_values() -> None:
+    """`python -m sim run SCENARIO --set key=value` (sim.md §10)."""
+    assert S.parse_set("settings.max_width=2") == ("settings.max_width", 2)
+    assert S.parse_set("settings.wake_on_return = false") == ("settings.wake_on_return", False)
+    assert S.parse_set("description=a quiet fleet") == ("description", "a quiet fleet")
+    changed = S.steady().with_sets(["fleet.groups.0.count=5", "workload.arrivals.rate=0.25"])
+    assert changed.fleet.groups[0].count == 5
+    assert changed.workload.arrivals == S.Poisson(0.25)
+    with pytest.raises(ValueError, match="key=value"):
+        S.parse_set("no equals sign")
