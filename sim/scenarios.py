@@ -707,7 +707,7 @@ def vanished_node(
     churn: bool = False,
     nodes: int = 6,
     runs: int = 3000,
-    arrival_rate: float = 0.02,
+    arrival_rate: float = 0.01,
     mean_up_s: float = 3600.0,
     mean_down_s: float = 600.0,
 ) -> Scenario:
@@ -720,8 +720,9 @@ def vanished_node(
     (wake 7) b is promoted at 300; without it b waits for an unrelated event — run c on node
     y000 (t=600, 100 s) whose result at 700 wakes the queue — and is stuck from 300 to 700.
 
-    `churn=True` — a long horizon: `nodes` nodes in pairs of capability classes, Poisson
-    arrivals, and every node vanishing and returning at random; measures total stuck time.
+    `churn=True` — a long horizon: `nodes` nodes in pairs of capability classes (each pair loaded
+    to about 50 %), Poisson arrivals, and every node vanishing (mean up 1 h) and returning (mean
+    down 10 min) at random; measures total stuck time.
     """
     settings = dataclasses.replace(FINE_SETTINGS, wake_on_return=wake_on_return)
     groups: tuple[NodeGroup, ...]
@@ -771,16 +772,17 @@ def vanished_node(
 
 def drain(
     nodes: int = 4,
-    arrival_rate: float = 0.03,
+    arrival_rate: float = 0.02,
     runs: int = 1500,
     seed: int = 0,
 ) -> Scenario:
     """Graceful and at-boundary drains and undrains (sim.md §5.4, wake 6).
 
-    Three-step runs on identical nodes. n000 drains gracefully at 2,000 s (its current run finishes)
-    and undrains at 6,000 s; n001 drains at-boundary at 3,000 s (its run stops at the next step
-    boundary: verdict `drained`) and undrains at 9,000 s. A drain change is advertised at once;
-    an at-boundary drain finishes at the node's next heartbeat, so they are a minute apart.
+    Three-step runs on identical nodes, loaded to about 60 %. n000 drains gracefully at 2,000 s
+    (its current run finishes) and undrains at 6,000 s; n001 drains at-boundary at 3,000 s (its
+    run stops at the next step boundary: verdict `drained`) and undrains at 9,000 s. A drain
+    change is advertised at once, and an at-boundary drain is finished by the node's next result
+    (or heartbeat), so 5-minute heartbeats are fine here.
     """
     needs = {"pool": "lab"}
     tpl = Template(
@@ -799,9 +801,9 @@ def drain(
     )
     return Scenario(
         name="drain",
-        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=60.0, events=events),
+        fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=300.0, events=events),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
-        settings=Settings(lease_ttl_s=300.0, renew_s=60.0, advert_ttl_s=180.0),
+        settings=Settings(lease_ttl_s=1800.0, renew_s=300.0, advert_ttl_s=900.0),
         horizon_runs=runs,
         seed=seed,
         description="graceful and at-boundary drains and undrains (wake 6)",
@@ -810,13 +812,14 @@ def drain(
 
 def restart(
     nodes: int = 4,
-    arrival_rate: float = 0.03,
+    arrival_rate: float = 0.02,
     runs: int = 1500,
     mean_restart_s: float = 7200.0,
     seed: int = 0,
 ) -> Scenario:
-    """Daemons restarting mid-run (sim.md §5.5): a run whose step ran under the old instance is
-    lost and its leases released (wake 4); a lease with nothing run yet is rebound."""
+    """Daemons restarting mid-run (sim.md §5.5), about every 2 h per node at 60 % load: a run
+    whose step ran under the old instance is lost and its leases released (wake 4); a lease with
+    nothing run yet is rebound."""
     needs = {"pool": "lab"}
     tpl = Template(
         "two_step",
