@@ -74,6 +74,7 @@ class WakeReport:
     """What one sweep did: promoted run ids in order, and how much it looked at."""
 
     promoted: list[str] = field(default_factory=list)
+    assigned: dict[str, dict[str, str]] = field(default_factory=dict)  # run_id → {role: node}
     classes: int = 0
     examined: int = 0
     too_wide: list[str] = field(default_factory=list)
@@ -522,6 +523,7 @@ class Mediator(LifecycleMixin):
                         break
                     if ok:
                         report.promoted.append(q.run_id)
+                        report.assigned[q.run_id] = dict(res.roles)
                         unavailable |= set(res.roles.values())  # R9: taken by us now
                         memo.clear()
                     break  # promoted, or R8: another sweep or a cancel got there first
