@@ -207,3 +207,20 @@ class EmbeddedPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def create_database(admin_dsn: str, name: str) -> None:
+    """``CREATE DATABASE name`` on the server of ``admin_dsn`` (a fresh database per simulation)."""
+    from mediator.store.db import admin_execute
+
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"unsafe database name {name!r}")
+    admin_execute(admin_dsn, f'CREATE DATABASE "{name}"')
+
+
+def drop_database(admin_dsn: str, name: str) -> None:
+    from mediator.store.db import admin_execute
+
+    if not name.replace("_", "").isalnum():
+        raise ValueError(f"unsafe database name {name!r}")
+    admin_execute(admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -27,6 +27,17 @@ from sim.scenarios import SCENARIOS, Scenario
 from sim.traces import fifo_waits, read_csv_trace, read_swf
 from sim.workload import Answer, Arrival, Attempt, Plan, materialize
 
+
+def __getattr__(name: str) -> object:
+    # The real-Mediator engine is imported on first use: the model, scenarios and analysis stay
+    # usable (and fast to import) without the database stack.
+    if name in ("run", "SimResult"):
+        from sim import result
+
+        return getattr(result, name)
+    raise AttributeError(f"module 'sim' has no attribute {name!r}")
+
+
 __all__ = [
     "SCENARIOS",
     "Answer",

@@ -1,0 +1,232 @@
+"""``sim.run(scenario) -> SimResult``: the real Mediator's simulation, measured from its database.
+
+``SimResult`` has the same tables as the reference model's ``ModelResult`` (so the same summary,
+analysis and differential comparison apply), built by reading the Mediator's database read-only
+after the run — ``runs``, ``promotions``, ``events``, ``queue``, ``leases`` — plus what only a run
+against the real database can show: ``violations`` (I1–I7 checked by SQL during and after the run),
+a ``manifest`` (seed, scenario hash, versions), charts and ``save(dir)``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from mediator import Mediator
+from sim.engine import EPOCH, EngineOutput, simulate
+from sim.model import US, ModelResult
+from sim.scenarios import Scenario
+from sim.workload import Plan
+
+_T0 = EPOCH.isoformat()
+
+
+@dataclass(eq=False)
+class SimResult(ModelResult):
+    """A simulation of the real Mediator. See ``ModelResult`` for the shared tables."""
+
+    violations: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    mediator_s: float = 0.0
+    scenario: Scenario | None = None
+
+    # ---- charts -------------------------------------------------------------------------------
+    def plot_waits(self, ax: Any = None) -> Any:
+        from sim import plots
+
+        return plots.waits(self, ax)
+
+    def plot_queue(self, ax: Any = None) -> Any:
+        from sim import plots
+
+        return plots.queue(self, ax)
+
+    def plot_gantt(self, ax: Any = None) -> Any:
+        from sim import plots
+
+        return plots.gantt(self, ax)
+
+    def save(self, out: str | Path) -> Path:
+        """CSV tables, PNG charts, ``summary.json`` and ``manifest.json`` into ``out``."""
+        from sim import plots
+
+        d = Path(out)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in ("runs", "promotions", "queue", "stuck", "leases"):
+            getattr(self, name).to_csv(d / f"{name}.csv", index=False)
+        self.events.to_csv(d / "events.csv", index=False)
+        self.utilization().to_csv(d / "utilization.csv", index=False)
+        (d / "summary.json").write_text(json.dumps(_plain(self.summary()), indent=2) + "\n")
+        (d / "manifest.json").write_text(json.dumps(self.manifest, indent=2) + "\n")
+        (d / "violations.txt").write_text("".join(v + "\n" for v in self.violations))
+        plots.save_all(self, d)
+        return d
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "_asdict"):
+        return _plain(obj._asdict())
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: _plain(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def _seconds(med: Mediator, column: str) -> str:
+    return f"extract(epoch FROM ({column} - timestamptz '{_T0}'))::float8"
+
+
+def _nodes_text(assigned: dict[str, str] | None) -> str:
+    return ",".join(sorted(set((assigned or {}).values())))
+
+
+def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
+    """Build the tables from the Mediator's database (read-only)."""
+    sc = plan.scenario
+    rows = med.query(
+        f"""SELECT run_id, work_id, state, verdict, assigned, reject,
+                   {_seconds(med, "created_at")} AS created_at,
+                   {_seconds(med, "started_at")} AS started_at,
+                   {_seconds(med, "ended_at")} AS ended_at
+            FROM runs ORDER BY run_id"""
+    )
+    columns = ["run_id", "work_id", "state", "verdict", "assigned", "reject", "created_at",
+               "started_at", "ended_at"]  # fmt: skip
+    runs = pd.DataFrame(rows, columns=columns)
+    order = {a.run_id: i for i, a in enumerate(plan.arrivals)}
+    runs = runs.assign(_i=runs["run_id"].map(order)).sort_values("_i").reset_index(drop=True)
+    runs_df = pd.DataFrame(
+        {
+            "run_id": runs["run_id"],
+            "template": runs["work_id"],
+            "created_at": runs["created_at"].astype(float),
+            "started_at": runs["started_at"].astype(float),
+            "ended_at": runs["ended_at"].astype(float),
+            "wait_s": (runs["started_at"] - runs["created_at"]).astype(float),
+            "run_s": (runs["ended_at"] - runs["started_at"]).astype(float),
+            "state": runs["state"],
+            "verdict": runs["verdict"],
+            "width": [len(set((a or {}).values())) for a in runs["assigned"]],
+            "nodes": [_nodes_text(a) for a in runs["assigned"]],
+            "reject": [(r or {}).get("code") for r in runs["reject"]],
+            "warmup": runs["_i"].to_numpy() < sc.warmup_runs,
+        }
+    )
+    events = med.query(
+        f"""SELECT id, {_seconds(med, "at")} AS at_s, kind, run_id, node_id, data
+            FROM events ORDER BY id"""
+    )
+    promos = []
+    event_rows = []
+    queued_at: dict[str, float] = {}
+    qlen: list[tuple[int, int]] = [(0, 0)]
+    n_queued = 0
+    grants: dict[tuple[str, str], float] = {}
+    lease_rows: list[tuple[str, str, int, int]] = []
+    for e in events:
+        t = e["at_s"]
+        kind, run_id, node_id, data = e["kind"], e["run_id"], e["node_id"], e["data"] or {}
+        event_rows.append((round(t * US), kind, run_id, node_id, json.dumps(data, sort_keys=True)))
+        if kind == "submitted" and data.get("state") == "RUNNING":
+            promos.append((t, run_id, _nodes_text(data.get("assigned")), "created"))
+        elif kind == "promoted":
+            promos.append((t, run_id, _nodes_text(data.get("assigned")), "promoted"))
+        if kind == "submitted" and data.get("state") == "QUEUED":
+            queued_at[run_id] = t
+            n_queued += 1
+            qlen.append((round(t * US), n_queued))
+        elif kind in ("promoted", "settled") and run_id in queued_at:
+            del queued_at[run_id]
+            n_queued -= 1
+            qlen.append((round(t * US), n_queued))
+        if kind == "lease_granted":
+            grants[(node_id, run_id)] = t
+        elif kind == "lease_released" and (node_id, run_id) in grants:
+            lease_rows.append(
+                (node_id, run_id, round(grants.pop((node_id, run_id)) * US), round(t * US))
+            )
+    lease_rows += [(n, r, round(g * US), -1) for (n, r), g in grants.items()]
+    from sim.model import _frame
+
+    promotions = pd.DataFrame(promos, columns=["at_s", "run_id", "nodes", "how"])
+    queue = _frame(qlen, ("at_s", "length"), ("at_s",))
+    stuck = _frame(sorted(out.stuck_rows, key=lambda r: (r[1], r[0])),
+                   ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))  # fmt: skip
+    stuck.insert(3, "duration_s", stuck["end_s"] - stuck["start_s"])
+    leases = _frame(lease_rows, ("node_id", "run_id", "granted_at", "released_at"),
+                    ("granted_at", "released_at"))  # fmt: skip
+    counts = dict(out.counts)
+    counts["reaper_ticks"] = int(out.end_us // max(1, round(sc.settings.renew_s * US)))
+    version = med.query("SELECT current_setting('server_version') AS v")[0]["v"]
+    import mediator
+
+    manifest = {
+        "scenario": sc.name,
+        "scenario_hash": sc.scenario_hash(),
+        "seed": sc.seed,
+        "runs": len(plan.arrivals),
+        "engine": "mediator",
+        "mediator_version": mediator.__version__,
+        "postgresql_version": version,
+        "python_version": platform.python_version(),
+        "virtual_epoch": _T0,
+        "wall_s": out.wall_s,
+    }
+    return SimResult(
+        runs=runs_df,
+        promotions=promotions,
+        event_rows=event_rows,
+        queue=queue,
+        stuck=stuck,
+        leases=leases,
+        counts=counts,
+        end_s=out.end_us / US,
+        scenario_hash=sc.scenario_hash(),
+        wall_s=out.wall_s,
+        nodes=pd.DataFrame(
+            {
+                "node_id": [n.node_id for n in plan.nodes],
+                "label": [n.label for n in plan.nodes],
+                "capabilities": [json.dumps(n.capabilities, sort_keys=True) for n in plan.nodes],
+            }
+        ),
+        violations=list(out.violations),
+        manifest=manifest,
+        mediator_s=out.mediator_s,
+        scenario=sc,
+    )
+
+
+def run(
+    scenario: Scenario | Plan,
+    database_url: str | None = None,
+    progress: bool | Callable[[int], None] = True,
+) -> SimResult:
+    """Simulate ``scenario`` on the real Mediator and a fresh PostgreSQL database.
+
+    Args:
+        scenario: a ``Scenario`` (materialized with its seed) or a ready ``Plan``.
+        database_url: a PostgreSQL server to create the run's database on (its user may create
+            databases); ``None`` starts an embedded cluster once per process.
+        progress: a progress bar (tqdm; the notebook flavour inside Jupyter), or a callback.
+
+    Returns:
+        The ``SimResult``; ``violations`` must be empty.
+    """
+    plan, out, med, _records = simulate(scenario, database_url, progress)
+    try:
+        return read_result(plan, out, med)
+    finally:
+        med.close()
