@@ -336,8 +336,9 @@ class Engine:
 
     # ---- the reaper ----
     def _start_reaper(self) -> None:
-        """The reaper runs at k·renew_s. Only a dark node's lease can expire, so its passes are
-        scheduled while some node is dark and holds a lease; the others would find nothing."""
+        """The reaper runs at k·renew_s. Only a dark node's lease can expire (live nodes renew
+        theirs with every advert), so passes are made while some node is dark — including for a
+        lease granted to a dark node that still looked live; the others would find nothing."""
         if not self.reaper_on:
             self.reaper_on = True
             tick = (self.clock.now_us // self.renew + 1) * self.renew
@@ -346,10 +347,18 @@ class Engine:
     def _on_reap(self, _: Any) -> None:
         with self._call("reap"):
             self.med.reap()
-        dark = [n.node_id for n in self.nodes if not n.up]
-        held = self.med.query("SELECT node_id FROM leases WHERE node_id = ANY(%s)", (dark,))
-        if held:
-            self._push(self.clock.now_us + self.renew, REAPER, 0, self._on_reap, None)
+        now = self.clock.now_us
+        dark = [n for n in self.nodes if not n.up]
+        # Keep going while a dark node may still be given a lease (it looks live until its
+        # advert expires) or still holds one; after that no lease of it can expire any more.
+        more = any(n.expires_us > now for n in dark) or bool(
+            dark
+            and self.med.query(
+                "SELECT 1 FROM leases WHERE node_id = ANY(%s) LIMIT 1", ([n.node_id for n in dark],)
+            )
+        )
+        if more:
+            self._push(now + self.renew, REAPER, 0, self._on_reap, None)
         else:
             self.reaper_on = False
 
