@@ -225,7 +225,7 @@ class Mediator(LifecycleMixin):
         max_width = self.config.max_width
 
         if dry_run:
-            with self.store.tx() as tx:
+            with self.store.read() as tx:
                 adverts, busy, _ = self._view(tx.fleet())
             # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
             res = match(needs, adverts, busy, max_width)
@@ -240,7 +240,7 @@ class Mediator(LifecycleMixin):
         doc["run_id"] = run_id
         submitter = principal or ""
 
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             fleet = tx.fleet()
         if self._after_fleet_read is not None:
             self._after_fleet_read(run_id)
@@ -328,9 +328,14 @@ class Mediator(LifecycleMixin):
             if row is None:
                 return None
             tx.insert_steps(run_id, self._step_rows(parsed, StepState.PENDING, assigned))
-            asks = self._acquire(tx, run_id, assigned, needs, by_id, promoted=False)
+            has_asks = any(s.kind == "ask" for s in parsed.steps)
+            asks = self._acquire(
+                tx, run_id, assigned, needs, by_id, promoted=False, has_asks=has_asks
+            )
+            # The 201 body is the run as committed: read inside the transaction, no extra trip.
+            run = Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
         self._push_asks(asks)
-        return self._require_run(run_id)
+        return run
 
     def _acquire(
         self,
@@ -341,6 +346,7 @@ class Mediator(LifecycleMixin):
         by_id: dict[str, FleetNode],
         *,
         promoted: bool,
+        has_asks: bool = True,
     ) -> list[Any]:
         """Leases → runAcquires → raiseAsks → events: the common tail of CreateRun and promote."""
         nodes = sorted(set(assigned.values()))
@@ -348,7 +354,7 @@ class Mediator(LifecycleMixin):
         tx.insert_leases(run_id, leases, self.config.lease_ttl_seconds)  # NodeTaken → rollback
         chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
         tx.assign_steps(run_id, assigned, chosen)
-        asks = tx.raise_asks(run_id)
+        asks = tx.raise_asks(run_id) if has_asks else []
         events: list[dict[str, Any]] = []
         if promoted:
             events.append({"run_id": run_id, "kind": "promoted", "data": {"assigned": assigned}})
@@ -450,7 +456,7 @@ class Mediator(LifecycleMixin):
                 field="lease_ttl_seconds",
             )
         report = WakeReport()
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             classes = tx.queued_classes()
             if not classes:
                 return report  # R13's cost argument: an empty queue costs one query
@@ -484,7 +490,7 @@ class Mediator(LifecycleMixin):
         after_at: datetime | str = "-infinity"
         after_id = ""
         while viable and live - unavailable:
-            with self.store.tx() as tx:
+            with self.store.read() as tx:
                 page = tx.queued_page(viable, after_at, after_id, _PAGE)
             if not page:
                 break
@@ -511,7 +517,7 @@ class Mediator(LifecycleMixin):
                         # the database; if none shows yet (a competitor not yet committed, or
                         # a lock timeout), every node of this assignment, conservatively.
                         nodes = set(res.roles.values())
-                        with self.store.tx() as tx:
+                        with self.store.read() as tx:
                             taken = nodes & tx.busy_nodes()
                         unavailable |= taken or nodes
                         memo.clear()
@@ -608,7 +614,7 @@ class Mediator(LifecycleMixin):
 
     # ---- reads -----------------------------------------------------------------------------
     def _read_run(self, run_id: str) -> Run | None:
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             run = tx.get_run(run_id)
             if run is None:
                 return None
@@ -663,21 +669,21 @@ class Mediator(LifecycleMixin):
             raise ContractError("limit must be a whole number from 1 to 1000.", field="limit")
         if since is not None and not isinstance(since, datetime):
             raise ContractError("since must be a timestamp.", field="since")
-        with self.store.tx() as tx:
+        with self.store.read() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             rows = tx.list_runs(state, work_id, since, limit)
         return RunList(observed, tuple(rows))
 
     def list_nodes(self) -> Fleet:
         """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             nodes = tx.list_nodes()
         return Fleet(observed, tuple(nodes))
 
     def node_principal(self, node_id: str) -> str | None:
         """The principal a node is bound to (None: unknown node) — for authorization only."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             return tx.node_principal(node_id)
 
     def query(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
@@ -687,7 +693,7 @@ class Mediator(LifecycleMixin):
 
     def ping(self) -> bool:
         """The database answers (``/healthz``)."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             return tx.ping()
 
     # ---- records ---------------------------------------------------------------------------
@@ -696,7 +702,7 @@ class Mediator(LifecycleMixin):
 
         Idempotent: True only for the call that created ``seal.json`` (I6).
         """
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             run = tx.get_run(run_id)
             if run is None or run.state not in (RunState.PASSED, RunState.FAILED):
                 return False

@@ -143,9 +143,14 @@ class LifecycleMixin:
         partial release rides on the result's wake)."""
         change = _Change(run.run_id)
         steps = tx.steps(run.run_id)
-        leased = [r["node_id"] for r in tx.run_leases(run.run_id)]
+        leases = tx.run_leases(run.run_id)
+        leased = [r["node_id"] for r in leases]
         claimed = {s.node_id for s in steps if s.state == StepState.CLAIMED}
-        boundary = [n for n in leased if n not in claimed and self._draining_at_boundary(tx, n)]
+        boundary = [
+            r["node_id"]
+            for r in leases
+            if r["drain"] == "at-boundary" and r["node_id"] not in claimed
+        ]
         open_steps = [s for s in steps if s.state not in TERMINAL_STEP]
         if boundary and open_steps:
             # at-boundary drain (mediator.md §7.5): once no step is CLAIMED on the node, the
@@ -153,9 +158,10 @@ class LifecycleMixin:
             change.released = self._end(tx, run, steps, Verdict.DRAINED, events)
             change.settled = RunState.FAILED
             return change
-        change.asks = tx.raise_asks(run.run_id)
-        if change.asks:
-            steps = tx.steps(run.run_id)
+        if any(s.kind == "ask" and s.state == StepState.PENDING for s in steps):
+            change.asks = tx.raise_asks(run.run_id)
+            if change.asks:
+                steps = tx.steps(run.run_id)
         # applyRelease: a node whose steps in this run are all terminal is free at once.
         done = [n for n in leased if all(s.state in TERMINAL_STEP for s in steps if s.node_id == n)]
         decision = settle_verdict(s.state for s in steps)
@@ -171,11 +177,6 @@ class LifecycleMixin:
             change.released = self._release(tx, run.run_id, done, "partial", events)
         return change
 
-    @staticmethod
-    def _draining_at_boundary(tx: Tx, node_id: str) -> bool:
-        row = tx.node_row(node_id)
-        return bool(row and row["drain"] == "at-boundary")
-
     def _after_commit(self, changes: Iterable[_Change], why: str, *, wake: bool) -> None:
         """Seal what settled, PushAsks, then wake — in that order, after the commit."""
         for c in changes:
@@ -189,7 +190,7 @@ class LifecycleMixin:
     # ---- steps (mediator.md §7.4) ------------------------------------------------------------
     def work(self, node_id: str) -> list[Step]:
         """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             return tx.work(node_id)
 
     def _locked(self, tx: Tx, run_id: str, seq: int) -> tuple[Run, list[Step], Step]:
@@ -393,7 +394,7 @@ class LifecycleMixin:
         """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
         terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
         report = ReapReport()
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             candidates = tx.expired_lease_runs()
         changes = []
         for run_id in candidates:
@@ -423,7 +424,7 @@ class LifecycleMixin:
 
     def seal_unsealed(self) -> list[str]:
         """Seal terminal runs left unsealed (a crash between commit and seal, §7.7)."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             pending = tx.unsealed_runs()
         return [r for r in pending if self.seal(r)]
 
@@ -431,7 +432,7 @@ class LifecycleMixin:
     def _advert_effects(self, node_id: str, instance: str, drain: str) -> bool:
         """Restart detection and at-boundary drain for a node's leases; True if anything was
         released (wake 4)."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             leases = tx.node_leases(node_id)
         released_any = False
         changes = []
@@ -481,7 +482,7 @@ class LifecycleMixin:
     # ---- asks (mediator.md §7.6) ------------------------------------------------------------
     def asks(self) -> list[Ask]:
         """Open asks, oldest first."""
-        with self.store.tx() as tx:
+        with self.store.read() as tx:
             return tx.open_asks()
 
     def answer(

@@ -91,43 +91,40 @@ class Records:
             return False
         d.mkdir(exist_ok=True)
         _write_exclusive(d / "contract.json", _dumps(contract))  # a cancel right after submit
-        staging = d / f".staging-{os.getpid()}-{id(self)}"
-        staging.mkdir(exist_ok=True)
-        (staging / "steps").mkdir(exist_ok=True)
-        (staging / "events.jsonl").write_bytes(
-            b"".join((json.dumps(e, sort_keys=True, default=str) + "\n").encode() for e in events)
-        )
+        files: dict[str, bytes] = {
+            "events.jsonl": b"".join(
+                (json.dumps(e, sort_keys=True, default=str) + "\n").encode() for e in events
+            )
+        }
         for seq, name, text in step_logs:
-            (staging / "steps" / f"{seq:04d}-{_SAFE.sub('_', name)}.log").write_text(text, "utf-8")
-        # A concurrent sealer may have won meanwhile; the staging dir keeps our files apart until
-        # we know, so the sealed record never mixes two writers' files.
+            files[f"steps/{seq:04d}-{_SAFE.sub('_', name)}.log"] = text.encode("utf-8")
+        # Written into a private staging folder first: a concurrent sealer's files never mix
+        # with ours, and whoever creates seal.json first is the one whose files count.
+        staging = d / f".staging-{os.getpid()}-{id(self)}"
+        (staging / "steps").mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (staging / name).write_bytes(data)
         if (d / SEAL).exists():
             _rmtree(staging)
             return False
-        for p in sorted(staging.rglob("*")):
-            if p.is_file():
-                target = d / p.relative_to(staging)
-                target.parent.mkdir(exist_ok=True)
-                if not target.exists():
-                    os.replace(p, target)
+        (d / "steps").mkdir(exist_ok=True)
+        for name in files:
+            if not (d / name).exists():
+                os.replace(staging / name, d / name)
         _rmtree(staging)
-        files = {
-            str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(d.rglob("*"))
-            if p.is_file() and p.name != SEAL and not p.relative_to(d).parts[0].startswith(".")
-        }
+        names = ["contract.json", *files]
+        digests = {n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in sorted(names)}
         seal = {
             "run_id": run_id,
             "state": state,
             "verdict": verdict,
             "ended_at": ended_at,
-            "sha256": files,
+            "sha256": digests,
         }
         if not _write_exclusive(d / SEAL, _dumps(seal)):
             return False
-        for p in d.rglob("*"):
-            if p.is_file():
-                p.chmod(0o444)
+        for n in [*names, SEAL]:
+            (d / n).chmod(0o444)
         return True
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:

@@ -88,6 +88,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     tokens = tokens or Tokens(None)
     feed = EventFeed(med)
     metrics = Metrics(med)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield

@@ -11,6 +11,7 @@ how the simulator's virtual time reaches every ``mediator_now()`` in SQL.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -365,6 +366,7 @@ class Store:
     ) -> None:
         self.dsn = dsn
         self.clock = clock
+        self._conn_now: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._lock_timeout_ms = lock_timeout_ms
         try:
             self.pool = ConnectionPool(
@@ -405,17 +407,42 @@ class Store:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
 
+    def _set_clock(self, conn: psycopg.Connection[Any]) -> None:
+        """Give the connection the clock's instant before it is used (mediator.md §4).
+
+        The setting is session-level and re-sent only when the instant changed since this
+        connection last saw it: a simulated event runs several transactions at one virtual
+        instant, and each would otherwise pay a round trip for the same value. A connection is
+        used by one caller at a time, so its setting is the instant of the work it does now.
+        """
+        if self.clock is None:
+            return
+        now = self.clock().isoformat()
+        if self._conn_now.get(conn) != now:
+            conn.execute("SELECT set_config('mediator.now', %s, false)", (now,), prepare=True)
+            self._conn_now[conn] = now
+
     @contextmanager
     def tx(self) -> Iterator[Tx]:
         """A transaction; on any exception it rolls back and the error is re-raised as ours."""
         try:
-            with self.pool.connection() as conn, conn.transaction():
-                if self.clock is not None:
-                    conn.execute(
-                        "SELECT set_config('mediator.now', %s, true)",
-                        (self.clock().isoformat(),),
-                        prepare=True,
-                    )
+            with self.pool.connection() as conn:
+                self._set_clock(conn)
+                with conn.transaction():
+                    yield Tx(conn)
+        except MediatorError:
+            raise
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise _map_error(exc) from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        """Reads without a transaction block: each statement is its own snapshot, and BEGIN and
+        COMMIT cost nothing. For read-only flows whose statements need not share a snapshot
+        (and where the order of statements is the guarantee, as with observed_at first)."""
+        try:
+            with self.pool.connection() as conn:
+                self._set_clock(conn)
                 yield Tx(conn)
         except MediatorError:
             raise
@@ -442,15 +469,15 @@ class Store:
         """Run one query in a READ ONLY transaction: analytics (the simulator, notebooks) read
         the database this way and can never write it (api.md §5)."""
         try:
-            with self.pool.connection() as conn, conn.transaction():
-                conn.execute("SET TRANSACTION READ ONLY")
-                if self.clock is not None:
-                    conn.execute(
-                        "SELECT set_config('mediator.now', %s, true)", (self.clock().isoformat(),)
-                    )
-                with conn.cursor(row_factory=dict_row) as cur:
+            with self.pool.connection() as conn:
+                self._set_clock(conn)
+                with conn.transaction():
+                    conn.execute("SET TRANSACTION READ ONLY")
+                    cur = conn.cursor(row_factory=dict_row)
                     cur.execute(sql.encode() if params is None else sql, params, prepare=False)
-                    return cur.fetchall() if cur.description else []
+                    rows: list[dict[str, Any]] = cur.fetchall() if cur.description else []
+                    cur.close()
+                    return rows
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise MediatorError("Analytics queries are read-only.") from exc
         except psycopg.Error as exc:

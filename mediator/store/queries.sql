@@ -305,8 +305,11 @@ UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now()
 WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s)
 
 -- run_leases --
-SELECT node_id, instance, not_after FROM leases WHERE run_id = %(run_id)s ORDER BY node_id
-FOR UPDATE
+-- With each node's drain policy: the at-boundary check needs it, and it saves a read per node.
+SELECT l.node_id, l.instance, l.not_after, coalesce(n.drain, '') AS drain
+FROM leases l LEFT JOIN nodes n ON n.node_id = l.node_id
+WHERE l.run_id = %(run_id)s ORDER BY l.node_id
+FOR UPDATE OF l
 
 -- delete_leases --
 DELETE FROM leases WHERE run_id = %(run_id)s AND node_id = ANY(%(nodes)s)
