@@ -494,3 +494,21 @@ def test_time_leak_every_timestamp_comes_from_the_virtual_clock(med, clock):
     assert node.expires_at == EPOCH + timedelta(seconds=30)
     years = {y for (y,) in sql(med, "SELECT DISTINCT extract(year FROM at)::int FROM events")}
     assert years == {2031}
+
+
+def test_an_answer_wakes_the_queue(med, wakes):
+    """Wake 1 for answers: a negative answer fails the gate, skips the step after it, settles the
+    run and so releases its node, and the answer's wake promotes the run waiting for it."""
+    advert(med, "X")
+    doc = {"run_id": "a", "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "go?", "kind": "ask", "ask": "Power on the bench?"},
+        {"name": "run", "role": "dut", "after": ["go?"]},
+    ]}  # fmt: skip
+    med.submit(doc)
+    med.submit(chain("b", "one"))
+    assert med.get_run("b").state == "QUEUED"  # X is held by a while the person thinks
+    [ask] = med.asks()
+    wakes.clear()
+    assert med.answer(ask.ask_id, "no", ok=False).settled == "FAILED"
+    assert wakes == [1]
+    assert med.get_run("b").state == "RUNNING"

@@ -1,0 +1,58 @@
+"""``mediator serve`` refusals and ``mediator records verify``, as real processes (§7.7, §8)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.db.conftest import ManualClock, advert, contract
+
+pytestmark = [pytest.mark.e2e]
+
+
+def mediator_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mediator.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_serve_exits_2_before_listening_on_invalid_configuration(tmp_path):
+    r = mediator_cli("serve", "--dev", env={"MEDIATOR_LEASE_TTL_SECONDS": "0"})
+    assert r.returncode == 2 and "lease_ttl_seconds" in r.stderr
+    r = mediator_cli("serve", "--dev", "--host", "0.0.0.0")
+    assert r.returncode == 2 and "loopback" in r.stderr
+    r = mediator_cli("serve")  # neither tokens nor --dev
+    assert r.returncode == 2 and "tokens" in r.stderr
+
+
+@pytest.mark.db
+def test_records_verify_detects_a_changed_byte(dsn, tmp_path):
+    from mediator import Mediator
+
+    records = tmp_path / "records"
+    med = Mediator.connect(dsn, clock=ManualClock(), records_root=str(records))
+    try:
+        advert(med, "X")
+        med.submit(contract("a"))
+        [step] = med.work("X")
+        s = med.claim("a", step.seq, "X")
+        med.report("a", s.seq, "X", s.attempt, "pass", log="all good\n")
+    finally:
+        med.close()
+    ok = mediator_cli("--records", str(records), "records", "verify", "a")
+    assert (ok.returncode, "ok" in ok.stdout) == (0, True)
+    log = records / "a" / "steps" / "0000-dut-0.log"
+    log.chmod(0o644)
+    log.write_text("all good!\n")
+    bad = mediator_cli("--records", str(records), "records", "verify", "a")
+    assert bad.returncode == 1
+    assert "CHANGED steps/0000-dut-0.log" in bad.stdout
+    missing = mediator_cli("--records", str(records), "records", "verify", "nope")
+    assert missing.returncode == 1 and "not sealed" in missing.stdout
