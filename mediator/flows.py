@@ -225,7 +225,7 @@ class Mediator(LifecycleMixin):
         max_width = self.config.max_width
 
         if dry_run:
-            with self.store.read() as tx:
+            with self.store.autocommit() as tx:
                 adverts, busy, _ = self._view(tx.fleet())
             # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
             res = match(needs, adverts, busy, max_width)
@@ -240,7 +240,7 @@ class Mediator(LifecycleMixin):
         doc["run_id"] = run_id
         submitter = principal or ""
 
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             fleet = tx.fleet()
         if self._after_fleet_read is not None:
             self._after_fleet_read(run_id)
@@ -456,7 +456,7 @@ class Mediator(LifecycleMixin):
                 field="lease_ttl_seconds",
             )
         report = WakeReport()
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             classes = tx.queued_classes()
             if not classes:
                 return report  # R13's cost argument: an empty queue costs one query
@@ -490,7 +490,7 @@ class Mediator(LifecycleMixin):
         after_at: datetime | str = "-infinity"
         after_id = ""
         while viable and live - unavailable:
-            with self.store.read() as tx:
+            with self.store.autocommit() as tx:
                 page = tx.queued_page(viable, after_at, after_id, _PAGE)
             if not page:
                 break
@@ -517,7 +517,7 @@ class Mediator(LifecycleMixin):
                         # the database; if none shows yet (a competitor not yet committed, or
                         # a lock timeout), every node of this assignment, conservatively.
                         nodes = set(res.roles.values())
-                        with self.store.read() as tx:
+                        with self.store.autocommit() as tx:
                             taken = nodes & tx.busy_nodes()
                         unavailable |= taken or nodes
                         memo.clear()
@@ -614,7 +614,7 @@ class Mediator(LifecycleMixin):
 
     # ---- reads -----------------------------------------------------------------------------
     def _read_run(self, run_id: str) -> Run | None:
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             run = tx.get_run(run_id)
             if run is None:
                 return None
@@ -669,21 +669,21 @@ class Mediator(LifecycleMixin):
             raise ContractError("limit must be a whole number from 1 to 1000.", field="limit")
         if since is not None and not isinstance(since, datetime):
             raise ContractError("since must be a timestamp.", field="since")
-        with self.store.read() as tx:  # observed_at first, then the rows (seed 003 §3.2)
+        with self.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             rows = tx.list_runs(state, work_id, since, limit)
         return RunList(observed, tuple(rows))
 
     def list_nodes(self) -> Fleet:
         """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
-        with self.store.read() as tx:  # observed_at first, then the rows (seed 003 §3.2)
+        with self.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             nodes = tx.list_nodes()
         return Fleet(observed, tuple(nodes))
 
     def node_principal(self, node_id: str) -> str | None:
         """The principal a node is bound to (None: unknown node) — for authorization only."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             return tx.node_principal(node_id)
 
     def query(self, sql: str, params: Any = None) -> list[dict[str, Any]]:
@@ -693,7 +693,7 @@ class Mediator(LifecycleMixin):
 
     def ping(self) -> bool:
         """The database answers (``/healthz``)."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             return tx.ping()
 
     # ---- records ---------------------------------------------------------------------------
@@ -702,22 +702,19 @@ class Mediator(LifecycleMixin):
 
         Idempotent: True only for the call that created ``seal.json`` (I6).
         """
-        with self.store.read() as tx:
-            run = tx.get_run(run_id)
-            if run is None or run.state not in (RunState.PASSED, RunState.FAILED):
-                return False
-            contract = tx.run_contract(run_id) or {}
-            events = tx.run_events(run_id)
-            logs = tx.step_logs(run_id)
+        with self.store.autocommit() as tx:
+            src = tx.seal_source(run_id)
+        if src is None or src["state"] not in (RunState.PASSED, RunState.FAILED):
+            return False
         sealed = self.records.seal(
             run_id,
-            contract=contract,
-            state=run.state,
-            verdict=run.verdict,
-            ended_at=run.ended_at.isoformat() if run.ended_at else None,
-            events=[{**e, "at": e["at"].isoformat()} for e in events],
-            step_logs=logs,
+            contract=src["contract"] or {},
+            state=src["state"],
+            verdict=src["verdict"],
+            ended_at=src["ended_at"].isoformat() if src["ended_at"] else None,
+            events=src["events"],
+            step_logs=[(seq, name, log) for seq, name, log in src["logs"]],
         )
-        with self.store.tx() as tx:
+        with self.store.autocommit() as tx:  # one statement: atomic on its own
             tx.mark_sealed(run_id)
         return sealed

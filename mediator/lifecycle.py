@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
@@ -137,12 +137,20 @@ class LifecycleMixin:
             tx, run.run_id, [n for n in leased if n not in still], str(verdict), events
         )
 
-    def _progress(self, tx: Tx, run: Run, events: list[dict[str, Any]]) -> _Change:
+    def _progress(
+        self,
+        tx: Tx,
+        run: Run,
+        events: list[dict[str, Any]],
+        steps: list[Step] | None = None,
+    ) -> _Change:
         """After a step became terminal in a RUNNING run: at-boundary drain, raiseAsks,
         applyRelease, SettleIfDone — all inside the caller's transaction (R15's point: the
-        partial release rides on the result's wake)."""
+        partial release rides on the result's wake). ``steps`` is the run's steps as this
+        transaction left them, when the caller knows them (saves a read)."""
         change = _Change(run.run_id)
-        steps = tx.steps(run.run_id)
+        if steps is None:
+            steps = tx.steps(run.run_id)
         leases = tx.run_leases(run.run_id)
         leased = [r["node_id"] for r in leases]
         claimed = {s.node_id for s in steps if s.state == StepState.CLAIMED}
@@ -169,7 +177,8 @@ class LifecycleMixin:
             state, verdict = decision
             run_transition(run.state, state)
             tx.end_run(run.run_id, state, verdict)
-            tx.close_asks(run.run_id)
+            if any(s.kind == "ask" for s in steps):
+                tx.close_asks(run.run_id)
             events.append(_ev(run.run_id, "settled", state=str(state), verdict=str(verdict)))
             change.settled = state
             change.released = self._release(tx, run.run_id, leased, "settled", events)
@@ -190,7 +199,7 @@ class LifecycleMixin:
     # ---- steps (mediator.md §7.4) ------------------------------------------------------------
     def work(self, node_id: str) -> list[Step]:
         """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             return tx.work(node_id)
 
     def _locked(self, tx: Tx, run_id: str, seq: int) -> tuple[Run, list[Step], Step]:
@@ -347,12 +356,20 @@ class LifecycleMixin:
                     events.append(
                         _ev(run_id, "result", node_id, seq=seq, attempt=attempt, outcome=outcome)
                     )
+                    skipped: set[int] = set()
                     if state == StepState.FAILED:
                         skip = contract_mod.dependants(steps, step.name)  # type: ignore[arg-type]
-                        tx.skip_steps(
-                            run_id, [s.seq for s in steps if s.name in skip and s.state in _OPEN]
-                        )
-                    change = self._progress(tx, run, events)
+                        skipped = {s.seq for s in steps if s.name in skip and s.state in _OPEN}
+                        tx.skip_steps(run_id, sorted(skipped))
+                    now_steps = [
+                        replace(s, state=state)
+                        if s.seq == seq
+                        else replace(s, state=StepState.SKIPPED)
+                        if s.seq in skipped
+                        else s
+                        for s in steps
+                    ]
+                    change = self._progress(tx, run, events, now_steps)
                     tx.insert_events(events)
         if rolled:
             return ReportResult("", True, (), StepState.PENDING)
@@ -394,7 +411,7 @@ class LifecycleMixin:
         """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
         terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
         report = ReapReport()
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             candidates = tx.expired_lease_runs()
         changes = []
         for run_id in candidates:
@@ -424,7 +441,7 @@ class LifecycleMixin:
 
     def seal_unsealed(self) -> list[str]:
         """Seal terminal runs left unsealed (a crash between commit and seal, §7.7)."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             pending = tx.unsealed_runs()
         return [r for r in pending if self.seal(r)]
 
@@ -432,7 +449,7 @@ class LifecycleMixin:
     def _advert_effects(self, node_id: str, instance: str, drain: str) -> bool:
         """Restart detection and at-boundary drain for a node's leases; True if anything was
         released (wake 4)."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             leases = tx.node_leases(node_id)
         released_any = False
         changes = []
@@ -482,7 +499,7 @@ class LifecycleMixin:
     # ---- asks (mediator.md §7.6) ------------------------------------------------------------
     def asks(self) -> list[Ask]:
         """Open asks, oldest first."""
-        with self.store.read() as tx:
+        with self.store.autocommit() as tx:
             return tx.open_asks()
 
     def answer(

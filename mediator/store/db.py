@@ -139,6 +139,9 @@ class Tx:
         r = self._one("run_contract", {"run_id": run_id})
         return r["contract"] if r else None
 
+    def seal_source(self, run_id: str) -> dict[str, Any] | None:
+        return self._one("seal_source", {"run_id": run_id})  # type: ignore[no-any-return]
+
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         return self._rows("run_events", {"run_id": run_id})
 
@@ -388,6 +391,8 @@ class Store:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
+        # Timestamps leave the database as UTC whatever the server's zone (records, /v1/events).
+        conn.execute("SET TIME ZONE 'UTC'")
 
     def _ensure_schema(self) -> None:
         with self.pool.connection() as conn:
@@ -436,10 +441,11 @@ class Store:
             raise _map_error(exc) from exc
 
     @contextmanager
-    def read(self) -> Iterator[Tx]:
-        """Reads without a transaction block: each statement is its own snapshot, and BEGIN and
-        COMMIT cost nothing. For read-only flows whose statements need not share a snapshot
-        (and where the order of statements is the guarantee, as with observed_at first)."""
+    def autocommit(self) -> Iterator[Tx]:
+        """Statements without a transaction block: each is its own transaction and snapshot, and
+        BEGIN and COMMIT cost nothing. For reads whose statements need not share a snapshot
+        (the order of statements is the guarantee, as with observed_at first), and for single
+        statements that are atomic on their own."""
         try:
             with self.pool.connection() as conn:
                 self._set_clock(conn)

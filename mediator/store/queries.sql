@@ -393,3 +393,14 @@ FROM runs WHERE started_at IS NOT NULL
 
 -- ping --
 SELECT 1 AS ok
+
+-- seal_source --
+-- Everything a record's seal is generated from, in one read (mediator.md §7.7).
+SELECT r.state, r.verdict, r.ended_at, r.contract,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'id', e.id, 'at', e.at, 'run_id', e.run_id, 'node_id', e.node_id,
+                        'kind', e.kind, 'data', e.data) ORDER BY e.id)
+                 FROM events e WHERE e.run_id = r.run_id), '[]'::jsonb) AS events,
+       coalesce((SELECT jsonb_agg(jsonb_build_array(s.seq, s.name, s.log) ORDER BY s.seq)
+                 FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs
+FROM runs r WHERE r.run_id = %(run_id)s
