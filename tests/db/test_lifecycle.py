@@ -29,7 +29,7 @@ def wakes(med, monkeypatch):
 
 
 def sql(med, statement, *params):
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         cur = tx.conn.execute(statement, params)
         return cur.fetchall() if cur.description else None
 

@@ -15,7 +15,7 @@ from tests.db.conftest import advert, contract
 
 
 def upsert(med, node_id="X", drain="", instance="i1", principal="", ttl=30.0):
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         return tx.upsert_advert(node_id, node_id, principal, {"board": "x"}, instance, drain, ttl)
 
 
@@ -23,7 +23,7 @@ def test_upsert_advert_returns_previous_policy_in_one_statement(med):
     """seed 003 §2.1: '' → graceful → at-boundary → '' shows each previous value in turn."""
     seen = [upsert(med, drain=d).prev_drain for d in ("", "graceful", "at-boundary", "")]
     assert seen == ["", "", "graceful", "at-boundary"]
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.draining_nodes() == set()
 
 
@@ -116,7 +116,7 @@ def test_draining_nodes_leaves_expired_ones_out(med, clock):
     clock.advance(20)
     advert(med, "new", drain="at-boundary")
     clock.advance(15)
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.draining_nodes() == {"new"}
         assert [a["node_id"] for a in tx.live_adverts()] == ["new"]
 
@@ -127,7 +127,7 @@ def test_unavailable_nodes_is_the_union_of_busy_and_draining(med):
     advert(med, "draining", drain="graceful")
     advert(med, "free")
     med.submit(contract("a"))  # takes "busy" (first by node_id among free candidates)
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.busy_nodes() == {"busy"}
         assert tx.draining_nodes() == {"draining"}
         assert tx.unavailable_nodes() == {"busy", "draining"}
@@ -141,7 +141,7 @@ def test_list_queued_is_fifo_with_run_id_breaking_ties(med, clock):
         med.submit(contract(rid))
     clock.advance(1)
     med.submit(contract("q-0"))
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert [q.run_id for q in tx.list_queued()] == ["q-a", "q-b", "q-0"]
         assert tx.live_contract("q-a")["run_id"] == "q-a"
 

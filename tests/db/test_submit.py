@@ -11,7 +11,7 @@ from tests.db.conftest import advert, contract
 
 
 def count(med, table):
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         return tx.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
@@ -61,7 +61,7 @@ def test_r2_node_taken_at_create_takes_the_queue_path(dsn, med, clock, tmp_path)
     finally:
         other.close()
     assert (sub.status, sub.run.state) == (202, "QUEUED")
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.busy_nodes() == {"X"}
         assert [r["node_id"] for r in tx.run_leases("thief")] == ["X"]
         assert tx.run_leases("victim") == []  # I5: the rolled-back CreateRun left nothing
@@ -122,7 +122,7 @@ def test_r4_r5_a_queued_run_holds_nothing_and_has_its_steps(med):
     run = med.submit(doc).run
     assert run.state == "QUEUED"
     assert [(s.state, s.node_id, s.chosen) for s in run.steps] == [("PENDING", "", None)] * 3
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.run_leases("b") == []
     assert med.asks() == []  # raiseAsks deferred to promotion (R4)
 

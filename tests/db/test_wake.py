@@ -16,7 +16,7 @@ from tests.db.conftest import advert, contract
 
 
 def sql(med, statement, *params):
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         cur = tx.conn.execute(statement, params)
         return cur.fetchall() if cur.description else None
 
@@ -56,7 +56,7 @@ def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med)
     assert run.state == "RUNNING" and run.assigned == {"dut": "X"}
     assert [s.node_id for s in run.steps] == ["X", "X"]
     assert all(s.chosen["node"] == "X" for s in run.steps)
-    with med.store.tx() as tx:
+    with med.store.autocommit() as tx:
         assert tx.run_leases("q")[0]["node_id"] == "X"
 
 
