@@ -69,6 +69,18 @@ class Submission:
         return self.run.to_dict()
 
 
+@dataclass(frozen=True)
+class _NewRun:
+    """A submitted run on its way into the database: what every submit path writes."""
+
+    run_id: str
+    parsed: contract_mod.Contract
+    doc: dict[str, Any]
+    needs: dict[str, dict[str, Any]]
+    key: str
+    submitter: str
+
+
 @dataclass
 class WakeReport:
     """What one sweep did: promoted run ids in order, and how much it looked at."""
@@ -240,6 +252,7 @@ class Mediator(LifecycleMixin):
         doc["run_id"] = run_id
         submitter = principal or ""
 
+        new = _NewRun(run_id, parsed, doc, needs, key, submitter)
         with self.store.autocommit() as tx:
             fleet = tx.fleet()
         if self._after_fleet_read is not None:
@@ -249,7 +262,7 @@ class Mediator(LifecycleMixin):
 
         if isinstance(res, Assignment):
             try:
-                run = self._create_run(run_id, parsed, doc, needs, key, res, fleet, submitter)
+                run = self._create_run(new, res, fleet)
             except NodeTaken:
                 res = None  # R2: the same as ALL_BUSY; the transaction rolled back whole
             else:
@@ -259,7 +272,7 @@ class Mediator(LifecycleMixin):
                 return Submission(201, run)
 
         if res is None or res.code == ALL_BUSY:
-            run = self._create_queued_run(run_id, parsed, doc, needs, key, submitter)
+            run = self._create_queued_run(new)
             if run is None:
                 return Submission(200, self._require_run(run_id))
             self.records.open(run_id, doc)
@@ -271,7 +284,7 @@ class Mediator(LifecycleMixin):
             return Submission(202, run)
 
         # NO_CANDIDATE or TOO_WIDE: permanent for this contract (R1) → FAILED, 422.
-        run = self._create_rejected_run(run_id, parsed, doc, needs, key, res, submitter)
+        run = self._create_rejected_run(new, res)
         if run is None:
             return Submission(200, self._require_run(run_id))
         self.records.open(run_id, doc)
@@ -298,36 +311,44 @@ class Mediator(LifecycleMixin):
             for s in parsed.steps
         ]
 
-    def _create_run(
+    def _insert(
         self,
-        run_id: str,
-        parsed: contract_mod.Contract,
-        doc: dict[str, Any],
-        needs: dict[str, dict[str, Any]],
-        key: str,
-        res: Assignment,
-        fleet: list[FleetNode],
-        submitter: str,
+        tx: Tx,
+        new: _NewRun,
+        state: RunState,
+        step_state: StepState,
+        *,
+        verdict: Verdict | None = None,
+        assigned: dict[str, str] | None = None,
+        reject: dict[str, Any] | None = None,
     ) -> Run | None:
+        """The run row and its steps, as every submit path writes them first (R5: steps exist
+        from submit); None when the run_id exists already (R3)."""
+        tx.insert_needs_class(new.key, new.needs)
+        row = tx.insert_run(
+            run_id=new.run_id,
+            work_id=new.parsed.work_id,
+            state=state,
+            verdict=verdict,
+            contract=new.doc,
+            needs_key=new.key,
+            assigned=assigned,
+            reject=reject,
+            submitter=new.submitter,
+        )
+        if row is not None:
+            tx.insert_steps(new.run_id, self._step_rows(new.parsed, step_state, assigned))
+        return row
+
+    def _create_run(self, new: _NewRun, res: Assignment, fleet: list[FleetNode]) -> Run | None:
         """CreateRun: one transaction in R12's order; None if the run_id exists (R3)."""
+        run_id, parsed, needs = new.run_id, new.parsed, new.needs
         assigned = dict(res.roles)
         by_id = {n.node_id: n for n in fleet}
         with self.store.tx() as tx:
-            tx.insert_needs_class(key, needs)
-            row = tx.insert_run(
-                run_id=run_id,
-                work_id=parsed.work_id,
-                state=RunState.RUNNING,
-                verdict=None,
-                contract=doc,
-                needs_key=key,
-                assigned=assigned,
-                reject=None,
-                submitter=submitter,
-            )
+            row = self._insert(tx, new, RunState.RUNNING, StepState.PENDING, assigned=assigned)
             if row is None:
                 return None
-            tx.insert_steps(run_id, self._step_rows(parsed, StepState.PENDING, assigned))
             has_asks = any(s.kind == "ask" for s in parsed.steps)
             asks = self._acquire(
                 tx, run_id, assigned, needs, by_id, promoted=False, has_asks=has_asks
@@ -372,66 +393,31 @@ class Mediator(LifecycleMixin):
         tx.insert_events(events)
         return asks
 
-    def _create_queued_run(
-        self,
-        run_id: str,
-        parsed: contract_mod.Contract,
-        doc: dict[str, Any],
-        needs: dict[str, dict[str, Any]],
-        key: str,
-        submitter: str,
-    ) -> Run | None:
+    def _create_queued_run(self, new: _NewRun) -> Run | None:
         """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5)."""
         with self.store.tx() as tx:
-            tx.insert_needs_class(key, needs)
-            row = tx.insert_run(
-                run_id=run_id,
-                work_id=parsed.work_id,
-                state=RunState.QUEUED,
-                verdict=None,
-                contract=doc,
-                needs_key=key,
-                assigned=None,
-                reject=None,
-                submitter=submitter,
-            )
+            row = self._insert(tx, new, RunState.QUEUED, StepState.PENDING)
             if row is None:
                 return None
-            tx.insert_steps(run_id, self._step_rows(parsed, StepState.PENDING, None))
-            tx.insert_events([{"run_id": run_id, "kind": "submitted", "data": {"state": "QUEUED"}}])
+            tx.insert_events(
+                [{"run_id": new.run_id, "kind": "submitted", "data": {"state": "QUEUED"}}]
+            )
             # The 202 body is the run exactly as committed: read it inside the transaction.
-            return Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
+            return Run(**{**row.__dict__, "steps": tuple(tx.steps(new.run_id))})
 
-    def _create_rejected_run(
-        self,
-        run_id: str,
-        parsed: contract_mod.Contract,
-        doc: dict[str, Any],
-        needs: dict[str, dict[str, Any]],
-        key: str,
-        res: Reject,
-        submitter: str,
-    ) -> Run | None:
+    def _create_rejected_run(self, new: _NewRun, res: Reject) -> Run | None:
         """R1: no node could ever serve it (or too wide at t=0) → FAILED/rejected, steps SKIPPED."""
         reject = res.as_dict()
         with self.store.tx() as tx:
-            tx.insert_needs_class(key, needs)
-            row = tx.insert_run(
-                run_id=run_id,
-                work_id=parsed.work_id,
-                state=RunState.FAILED,
-                verdict=Verdict.REJECTED,
-                contract=doc,
-                needs_key=key,
-                assigned=None,
-                reject=reject,
-                submitter=submitter,
+            row = self._insert(
+                tx, new, RunState.FAILED, StepState.SKIPPED, verdict=Verdict.REJECTED, reject=reject
             )
             if row is None:
                 return None
-            tx.insert_steps(run_id, self._step_rows(parsed, StepState.SKIPPED, None))
-            tx.insert_events([{"run_id": run_id, "kind": "rejected", "data": {"reject": reject}}])
-            return Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
+            tx.insert_events(
+                [{"run_id": new.run_id, "kind": "rejected", "data": {"reject": reject}}]
+            )
+            return Run(**{**row.__dict__, "steps": tuple(tx.steps(new.run_id))})
 
     # ---- WakeQueued (mediator.md §7.2, R6–R12) ----------------------------------------------
     def wake_queued(self) -> WakeReport:

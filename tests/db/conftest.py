@@ -4,13 +4,18 @@ as a wrong answer), and small builders that keep tests reading like worked examp
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import uvicorn
 
 from mediator import Config, Mediator
+from mediator.api import create_app
+from mediator.api.auth import Tokens
 
 EPOCH = datetime(2031, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -68,3 +73,25 @@ def advert(
     med: Mediator, node_id: str, instance: str = "i1", drain: str = "", **caps: Any
 ) -> float:
     return med.advert(node_id, caps or {"board": "x"}, instance, label=node_id, drain=drain)
+
+
+@pytest.fixture
+def serve(med: Mediator) -> Iterator[Any]:
+    """``serve(tokens=None) -> url``: the real app on a loopback port, stopped after the test."""
+    running: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
+
+    def start(tokens: Tokens | None = None) -> str:
+        sock = socket.create_server(("127.0.0.1", 0))
+        server = uvicorn.Server(
+            uvicorn.Config(create_app(med, tokens), log_level="warning", lifespan="on")
+        )
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        running.append((server, thread, sock))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    yield start
+    for server, thread, sock in running:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import io
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from mediator import Config, Mediator
-from mediator.api import create_app
 from mediator.api.auth import Tokens
 from mediator.cli import runctl
 from mediator.client import Client
@@ -33,28 +29,6 @@ def med(dsn: str, tmp_path: Any) -> Iterator[Mediator]:
     m = Mediator.connect(dsn, config=Config(), records_root=str(tmp_path / "records"))
     yield m
     m.close()
-
-
-@pytest.fixture
-def serve(med: Mediator) -> Iterator[Any]:
-    """``serve(tokens=None) -> url``: the real app on a loopback port, stopped after the test."""
-    running: list[tuple[uvicorn.Server, threading.Thread, socket.socket]] = []
-
-    def start(tokens: Tokens | None = None) -> str:
-        sock = socket.create_server(("127.0.0.1", 0))
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(med, tokens), log_level="warning", lifespan="on")
-        )
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        running.append((server, thread, sock))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    yield start
-    for server, thread, sock in running:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture
