@@ -7,7 +7,8 @@ database-free foundation:
 - `sim.workload` — `materialize(scenario)`: the fully pre-sampled plan every engine consumes;
 - `sim.model` — the in-memory reference model of the scheduling policy (no `mediator` import);
 - `sim.traces` — SWF/CSV trace readers and the FIFO multi-server recursion;
-- `sim.analysis` — Erlang C, confidence intervals, replications, Little's law.
+- `sim.analysis` — Erlang C, confidence intervals, replications, Little's law;
+- `sim.plan(...)` — capacity planning over fleet sizes (`CapacityPlan`, module `sim/plan.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sim.analysis import (
     replicate,
 )
 from sim.model import EventQueue, ModelResult, promotions_diff, run_model, to_us
+from sim.plan import CapacityPlan, plan  # the function shadows its module sim/plan.py, on purpose
 from sim.scenarios import SCENARIOS, Scenario
 from sim.traces import fifo_waits, read_csv_trace, read_swf
 from sim.workload import Answer, Arrival, Attempt, Plan, materialize
@@ -43,6 +45,7 @@ __all__ = [
     "Answer",
     "Arrival",
     "Attempt",
+    "CapacityPlan",
     "EventQueue",
     "ModelResult",
     "Plan",
@@ -55,6 +58,7 @@ __all__ = [
     "mmc_p_wait_gt",
     "mmc_wait_quantile",
     "mmc_wq",
+    "plan",
     "promotions_diff",
     "quantile_ci",
     "read_csv_trace",
