@@ -238,7 +238,7 @@ class Mediator(LifecycleMixin):
 
         if dry_run:
             with self.store.autocommit() as tx:
-                adverts, busy, _ = self._view(tx.fleet())
+                adverts, busy, _ = self._view(tx.fleet_for(needs))
             # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
             res = match(needs, adverts, busy, max_width)
             if isinstance(res, Assignment):
@@ -254,7 +254,7 @@ class Mediator(LifecycleMixin):
 
         new = _NewRun(run_id, parsed, doc, needs, key, submitter)
         with self.store.autocommit() as tx:
-            fleet = tx.fleet()
+            fleet = tx.fleet_for(needs)  # only nodes that might serve it: flat in fleet size
         if self._after_fleet_read is not None:
             self._after_fleet_read(run_id)
         adverts, busy, draining = self._view(fleet)

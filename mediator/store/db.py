@@ -83,6 +83,10 @@ class Tx:
     def fleet(self) -> list[FleetNode]:
         return self._rows("fleet", row=class_row(FleetNode))
 
+    def fleet_for(self, roles: dict[str, dict[str, Any]]) -> list[FleetNode]:
+        """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
+        return self._rows("fleet_for", {"roles": Jsonb(roles)}, row=class_row(FleetNode))
+
     def live_adverts(self) -> list[dict[str, Any]]:
         return self._rows("live_adverts")
 

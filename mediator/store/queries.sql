@@ -19,6 +19,28 @@ LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now()
 ORDER BY n.node_id
 
+-- fleet_for --
+-- The fleet as submit needs it: only live nodes that might serve some role of this contract.
+-- A superset of the matcher's candidates (a need `true` only asks for the key here; the matcher
+-- re-checks truthiness), so the answer is the matcher's own, but a submit no longer reads and
+-- decodes every node of a large fleet. JSON types are kept: jsonb equality keeps booleans apart
+-- from numbers and compares numbers numerically, as the matcher does (mediator.md §5).
+SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
+FROM nodes n
+LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.expires_at > mediator_now()
+  AND EXISTS (
+      SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
+      WHERE NOT EXISTS (
+          SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
+          WHERE NOT coalesce(
+              CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
+                   ELSE n.capabilities -> q.k = q.v
+                        OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
+                            AND n.capabilities -> q.k @> jsonb_build_array(q.v))
+              END, false)))
+ORDER BY n.node_id
+
 -- live_adverts --
 SELECT node_id, capabilities, instance, drain
 FROM nodes

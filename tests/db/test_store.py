@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mediator import Forbidden
 from tests.db.conftest import advert, contract
@@ -169,3 +171,38 @@ def test_analytics_queries_are_read_only(med):
     with pytest.raises(MediatorError):
         med.query("DELETE FROM runs")
     assert med.query("SELECT count(*) AS n FROM runs") == [{"n": 1}]
+
+
+_scalars = st.one_of(
+    st.booleans(),
+    st.integers(-2, 2),
+    st.sampled_from([0.0, 1.0, 2.5]),
+    st.sampled_from(["", "a", "1"]),
+)
+_caps = st.dictionaries(
+    st.sampled_from(["k", "m"]), st.one_of(_scalars, st.lists(_scalars, max_size=3)), max_size=2
+)
+_needs = st.dictionaries(st.sampled_from(["k", "m"]), _scalars, max_size=2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(fleet=st.lists(_caps, min_size=1, max_size=5), roles=st.dictionaries(
+    st.sampled_from(["r1", "r2"]), _needs, max_size=2))  # fmt: skip
+def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
+    """submit reads only the nodes that might serve a role; every real candidate must be among
+    them (mediator.md §5 semantics: JSON types kept, list membership, `true` = present+truthy)."""
+    from mediator.contract import satisfies
+
+    with med.store.autocommit() as tx:
+        tx.conn.execute("DELETE FROM nodes")
+    for i, caps in enumerate(fleet):
+        med.advert(f"n{i}", caps, "i")
+    with med.store.autocommit() as tx:
+        got = {n.node_id for n in tx.fleet_for(roles)}
+    exact = {
+        f"n{i}" for i, caps in enumerate(fleet) for need in roles.values() if satisfies(need, caps)
+    }
+    assert exact <= got
+    non_true = all(v is not True for need in roles.values() for v in need.values())
+    if non_true:  # without `true` needs the SQL test is exact, not just a superset
+        assert got == exact
