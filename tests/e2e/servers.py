@@ -102,10 +102,12 @@ def start_server(
     *extra: str,
     env: dict[str, str] | None = None,
     tokens: str | None = None,
+    records: Path | None = None,
 ) -> Server:
     """``mediator serve`` on ``dsn`` (no embedded cluster), on a free loopback port: ``--dev``,
-    or with the tokens file ``tokens``."""
-    records = workdir / "records"
+    or with the tokens file ``tokens``; ``records`` is the records root (default: in
+    ``workdir``; replicas share one)."""
+    records = records or workdir / "records"
     auth = ["--tokens", tokens] if tokens else ["--dev"]
     argv = [
         sys.executable, "-m", "mediator.cli.main",
