@@ -155,8 +155,8 @@ def test_three_replicas_one_killed_midway(dsn, tmp_path):
             med.seal_unsealed()  # what a restart would do (mediator.md §7.7)
             check(med, accepted, shared)
             codes = dict(sorted(Counter(accepted.values()).items()))
-            verdicts = {r["verdict"]: r["n"] for r in med.query(
-                "SELECT verdict, count(*) AS n FROM runs GROUP BY verdict ORDER BY verdict")}  # fmt: skip
+            by_verdict = "SELECT verdict, count(*) AS n FROM runs GROUP BY verdict ORDER BY 1"
+            verdicts = {r["verdict"]: r["n"] for r in med.query(by_verdict)}
             print(f"\nreplicas: {len(accepted)} runs accepted {codes}, verdicts {verdicts}, "
                   f"one of three Mediators killed with SIGKILL midway")  # fmt: skip
         finally:
