@@ -93,6 +93,25 @@ class RunAs:
             *argv,
         ]
 
+    def check_reachable(self, path: str) -> None:
+        """Every folder above ``path`` must let this user through, or initdb fails obscurely."""
+        parent = os.path.dirname(os.path.abspath(path))
+        while parent and parent != os.path.dirname(parent):
+            st = os.stat(parent)
+            if st.st_uid == self.uid:
+                allowed = bool(st.st_mode & 0o100)
+            elif st.st_gid == self.gid:
+                allowed = bool(st.st_mode & 0o010)
+            else:
+                allowed = bool(st.st_mode & 0o001)
+            if not allowed:
+                raise PostgresNotInstalled(
+                    f"The PostgreSQL data directory {path} is inside {parent}, which the "
+                    f"unprivileged user {self.user!r} that runs the server cannot enter; choose a "
+                    "data directory elsewhere (e.g. under /var/lib or /srv) or open that folder."
+                )
+            parent = os.path.dirname(parent)
+
     def own(self, path: str) -> None:
         for root, dirs, files in os.walk(path):
             os.chown(root, self.uid, self.gid)
@@ -136,6 +155,8 @@ class EmbeddedPostgres:
             base_dir = tempfile.mkdtemp(prefix="mediator-pg-", dir=parent)
         else:
             base_dir = os.path.abspath(data_dir)
+            if self.run_as is not None:
+                self.run_as.check_reachable(base_dir)
             os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
         settings = ["-h", "127.0.0.1", "-F", "-c", "logging_collector=off"]

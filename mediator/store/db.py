@@ -383,7 +383,11 @@ class Store:
                 kwargs={"autocommit": True, "prepare_threshold": 0},
                 configure=self._configure,
                 open=True,
-                timeout=10,
+                # How long a request waits for a connection before it is answered 503: long
+                # enough to ride out a burst, short enough that a database outage is reported
+                # promptly (quality.md §4); the pool reconnects in the background meanwhile.
+                timeout=5,
+                reconnect_timeout=3600,
                 name="mediator",
             )
             self.pool.wait(timeout=10)

@@ -56,3 +56,19 @@ def test_records_verify_detects_a_changed_byte(dsn, tmp_path):
     assert "CHANGED steps/0000-dut-0.log" in bad.stdout
     missing = mediator_cli("--records", str(records), "records", "verify", "nope")
     assert missing.returncode == 1 and "not sealed" in missing.stdout
+
+
+def test_a_data_directory_the_server_user_cannot_reach_is_named_clearly(tmp_path):
+    """Running as root, the server runs as an unprivileged user; a data directory inside a
+    root-only folder (like pytest's tmp_path) must fail with a message saying so."""
+    from mediator import PostgresNotInstalled
+    from mediator.pg import EmbeddedPostgres, RunAs
+
+    if RunAs.pick() is None:
+        assert os.geteuid() != 0  # not root: the server runs as ourselves, nothing to check
+        return
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    with pytest.raises(PostgresNotInstalled) as e:
+        EmbeddedPostgres(data_dir=str(locked / "pg"))
+    assert "cannot enter" in e.value.message and str(locked) in e.value.message
