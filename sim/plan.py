@@ -236,7 +236,14 @@ class CapacityPlan:
         )
         smaller = [s for s in self.sizes if s < self.recommended]
         if smaller:
-            text += f"; {smaller[-1]} nodes give {self.row(smaller[-1])[self.column]:,.1f} s"
+            below = self.row(smaller[-1])
+            est, high = below[self.column], below[self.column[:-2] + "_high"]
+            text += f"; {smaller[-1]} nodes give {est:,.1f} s"
+            if est <= t:
+                text += (
+                    f", within the target as an estimate but not with confidence "
+                    f"(up to {high:,.1f} s)"
+                )
         return text + "."
 
     def plot(self, ax: Any = None) -> Any:

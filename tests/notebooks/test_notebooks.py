@@ -1,0 +1,136 @@
+"""Every notebook in notebooks/, executed at CI scale, and the numbers it states (sim.md §9).
+
+Each test runs one notebook in a fresh kernel with ``scale = "ci"`` and the session cluster's
+server as ``database_url`` (so the notebook starts no cluster of its own), then asserts the
+numbers the notebook wrote in its prose — read back from the machine-readable twin that
+``sim.notebooks.state`` puts beside every such sentence. quality.md §1: not just "it ran".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from sim import notebooks
+
+pytestmark = [pytest.mark.notebooks, pytest.mark.db]
+
+BOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+TESTED = {
+    "01-queueing-basics",
+    "02-vanished-node",
+    "03-drain-and-restarts",
+    "04-capacity-planning-nasa",
+}
+
+
+def execute(name: str, cluster: Any) -> dict[str, Any]:
+    """Run a notebook at CI scale on the session's server; no cell may write to stderr (a
+    warning, a progress bar) or fail."""
+    nb, numbers = notebooks.run(BOOKS / f"{name}.ipynb", "ci", database_url=cluster.url("postgres"))
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            assert output.get("name") != "stderr", f"{name}: {output.get('text')}"
+            assert output.get("output_type") != "error", f"{name}: {output.get('ename')}"
+    return numbers
+
+
+def test_every_notebook_is_tested_and_committed_without_outputs() -> None:
+    """A new notebook needs a test here; a committed notebook carries no outputs and has a
+    ``parameters`` cell with the three parameters the report and the tests set."""
+    books = sorted(BOOKS.glob("*.ipynb"))
+    assert {b.stem for b in books} == TESTED
+    for book in books:
+        nb = nbformat.read(book, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.outputs == [] and c.execution_count is None for c in code), book.name
+        params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+        assert len(params) == 1, book.name
+        for name in ("scale", "seed", "database_url"):
+            assert f"\n{name} = " in "\n" + params[0].source, (book.name, name)
+
+
+def test_queueing_basics(cluster: Any) -> None:
+    """M/M/3 at λ=0.2, μ=0.1: the formulas give sim.md §7's reference points, the model agrees
+    with them across loads, and the real Mediator agrees with the model run for run."""
+    n = execute("01-queueing-basics", cluster)
+    assert n["theory_p_wait"] == pytest.approx(0.4444, abs=1e-4)
+    assert n["theory_wq_s"] == pytest.approx(4.444, abs=1e-3)
+    assert n["theory_p95_s"] == pytest.approx(21.85, abs=0.01)
+    assert n["model_loads"] == 3
+    assert n["model_runs_total"] == 3 * 4 * 3000
+    assert n["model_max_rel_err"] < 0.15
+    assert n["model_theory_inside"] >= 2
+    assert n["model_wq_low"] < n["theory_wq_s"] < n["model_wq_high"]
+    assert n["mediator_runs"] == 300
+    assert n["mediator_agrees"] is True
+    assert n["violations"] == 0
+    assert 0 < n["mediator_wq_low"] < n["mediator_wq_s"] < n["mediator_wq_high"]
+    assert 0 < n["mediator_p_wait"] < 1
+    # Little's law over a whole run that drains is exact: L·T is the total wait.
+    assert n["little_L"] == pytest.approx(n["little_lam_w"], rel=1e-9)
+
+
+def test_vanished_node(cluster: Any) -> None:
+    """seed 000 §5 both ways — b at 300 (on) or 700 (off, stuck 400 s) — and, over a long
+    horizon of random vanish/return, stuck time only without wake_on_return."""
+    n = execute("02-vanished-node", cluster)
+    assert n["a_verdict"] == "lost"
+    assert n["a_reaped_s"] == 150.0
+    assert (n["b_start_on_s"], n["b_start_off_s"]) == (300.0, 700.0)
+    assert (n["stuck_on_s"], n["stuck_off_s"]) == (0.0, 400.0)
+    assert n["window_agrees"] is True
+    assert n["window_violations"] == 0
+    assert n["churn_reps"] == 4
+    assert n["churn_stuck_on_s"] == 0.0
+    assert n["churn_stuck_off_low_h"] > 0
+    assert 0 < n["churn_stuck_share"] < 1
+    assert n["churn_runs_stuck_off"] > 0
+    assert n["churn_mediator_stuck_on_s"] == 0.0
+    assert n["churn_mediator_stuck_off_s"] > 0
+    assert n["churn_confirmed"] is True
+    assert n["churn_violations"] == 0
+
+
+def test_drain_and_restarts(cluster: Any) -> None:
+    """Graceful drain lets the held run pass; at-boundary stops one run (`drained`); no lease
+    on a draining node; the undrain wakes the queue at once; restarts lose runs, nothing else."""
+    n = execute("03-drain-and-restarts", cluster)
+    assert n["graceful_run_verdict"] == "pass"
+    assert n["graceful_free_after_s"] > 0
+    assert n["drained_runs"] == 1
+    assert 0 < n["drained_stop_after_s"] < 200
+    assert n["granted_while_draining"] == 0
+    assert n["undrain_first_lease_after_s"] == 0.0
+    assert n["wait_two_draining_s"] > n["wait_none_draining_s"]
+    assert n["drain_agrees"] is True
+    assert n["drain_violations"] == 0
+    assert n["restarts"] > 0
+    assert 0 < n["lost_runs"] <= n["restarts_busy"] <= n["restarts"]
+    assert n["lost_share"] == pytest.approx(n["lost_runs"] / 200)
+    assert n["restart_agrees"] is True
+    assert n["restart_violations"] == 0
+
+
+def test_capacity_planning_nasa(cluster: Any) -> None:
+    """The first 3,000 NASA jobs: the recommendation meets the target with its interval, the
+    size below does not, and the real Mediator and the FIFO recursion agree with the model."""
+    n = execute("04-capacity-planning-nasa", cluster)
+    assert n["jobs"] == 3000
+    assert 1 < n["offered_erlangs"] < n["peak_day_erlangs"]
+    assert n["recommended"] == 6
+    assert n["rec_p95_s"] <= n["rec_p95_high"] <= 600
+    assert n["below_p95_s"] > n["rec_p95_s"]
+    assert 0 < n["rec_utilization"] < 1
+    assert n["confirm_sizes"] == [5, 6, 7]
+    assert n["confirm_runs"] == 300
+    assert n["confirm_max_abs_diff_s"] == 0.0
+    assert n["mediator_rec_p95_s"] == n["model_rec_p95_s"]
+    assert n["confirm_violations"] == 0
+    assert n["fifo_max_abs_diff_s"] == 0.0
+    assert n["growth"] == [1.0, 1.5]
+    assert n["growth_recommended"][0] == n["recommended"]
+    assert n["growth_recommended"][1] > n["recommended"]
