@@ -134,3 +134,53 @@ def test_capacity_planning_nasa(cluster: Any) -> None:
     assert n["growth"] == [1.0, 1.5]
     assert n["growth_recommended"][0] == n["recommended"]
     assert n["growth_recommended"][1] > n["recommended"]
+
+
+def small_book(path: Path) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A small book"),
+        nbformat.v4.new_code_cell(
+            'scale = "full"\nseed = 0\ndatabase_url = None', metadata={"tags": ["parameters"]}
+        ),
+        nbformat.v4.new_code_cell(
+            "import numpy as np\nfrom sim.notebooks import state\n"
+            'state({"scale": scale, "seed": np.int64(seed), "ratio": np.float64(0.25),'
+            ' "none": float("nan")}, f"This ran at the **{scale}** scale with seed {seed}.")'
+        ),
+    ]
+    book = path / "small.ipynb"
+    nbformat.write(nb, book)
+    return book
+
+
+def test_render_overrides_the_parameters_and_writes_html(tmp_path: Path) -> None:
+    """render: the parameters cell's values are overridden by an injected cell after it, the
+    stated numbers come back JSON-plain (NaN → null), and the HTML shows the sentence, not the
+    machine-readable twin; the source notebook is left as it was."""
+    book = small_book(tmp_path)
+    before = book.read_text()
+    nb, numbers = notebooks.run(book, "ci", seed=7)
+    assert numbers == {"scale": "ci", "seed": 7, "ratio": 0.25, "none": None}
+    assert nb.cells[2].metadata["tags"] == [notebooks.INJECTED_TAG]
+    assert nb.cells[2].source.splitlines()[1:] == ["scale = 'ci'", "seed = 7"]
+    html = notebooks.render(book, tmp_path / "out", scale="ci", progress=False)
+    assert html == tmp_path / "out" / "small.html"
+    text = html.read_text()
+    assert "This ran at the <strong>ci</strong> scale with seed 0." in text
+    assert notebooks.NUMBERS_MIME not in text
+    assert book.read_text() == before
+
+
+def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    with pytest.raises(ValueError, match="parameters"):
+        notebooks.inject(nb, {"scale": "ci"})
+    with pytest.raises(ValueError, match="scale"):
+        notebooks.render(small_book(tmp_path), tmp_path, scale="huge")
