@@ -296,10 +296,13 @@ class CapacityPlan:
         wait_ax.axhline(self.wait_s, color="gray", ls=":", label=f"target {self.wait_s:g} s")
         if self.recommended is not None:
             wait_ax.axvline(self.recommended, color="#55A868", alpha=0.4, lw=6, label="recommended")
+        # Waits span orders of magnitude and are often 0: linear near 0, logarithmic above.
         wait_ax.set_yscale("symlog", linthresh=max(1.0, self.wait_s / 10))
+        top = np.nanmax([*g[col], *g[base + "_high"], self.wait_s])
+        wait_ax.set_ylim(0, 3 * top if np.isfinite(top) and top > 0 else None)
         wait_ax.set_ylabel("queue wait (s)")
         wait_ax.set_title(f"Capacity plan: {self.scenario_name}")
-        wait_ax.legend(fontsize=8)
+        wait_ax.legend(fontsize=8, loc="upper right")
         util_ax.plot(g["size"], g["utilization"], "o-", color="#8172B2")
         util_ax.set_ylim(0, 1)
         util_ax.set_ylabel("utilization")
@@ -309,17 +312,18 @@ class CapacityPlan:
         return fig
 
     def _table_html(self) -> str:
+        full = self.to_frame()
         keep = ["stage", "engine", "size", "replications", "runs", "wait_mean_s"]
         keep += [f"wait_{_pct(q)}_s" for q in self._quantiles()]
         keep += ["utilization", "p_wait", "erlang_wait_mean_s", f"erlang_{_pct(self.quantile)}_s"]
         keep += ["meets_target", "max_abs_diff_s"]
-        frame = self.to_frame()
-        frame = frame[[k for k in keep if k in frame]].copy()
+        # Leave out what says nothing here: theory where M/M/c does not apply, no confirmation.
+        keep = [k for k in keep if k in full and not full[k].isna().all()]
+        frame = full[keep].copy()
         for q in self._quantiles():
             col, base = f"wait_{_pct(q)}_s", f"wait_{_pct(q)}"
-            full = self.to_frame()
             frame[col] = [
-                f"{e:,.1f} [{lo:,.1f}, {hi:,.1f}]"
+                f"{e:,.1f} [{lo:,.1f}, {hi:,.1f}]" if lo == lo else f"{e:,.1f}"
                 for e, lo, hi in zip(
                     full[col], full[base + "_low"], full[base + "_high"], strict=True
                 )
