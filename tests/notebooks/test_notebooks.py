@@ -184,3 +184,29 @@ def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path: Path) -> None
         notebooks.inject(nb, {"scale": "ci"})
     with pytest.raises(ValueError, match="scale"):
         notebooks.render(small_book(tmp_path), tmp_path, scale="huge")
+
+
+def test_state_shows_the_sentence_and_carries_plain_numbers(monkeypatch) -> None:
+    """In a kernel, state() makes one display output: markdown for people, JSON for tests —
+    numpy scalars become Python numbers, NaN and inf become null."""
+    import IPython.display
+    import numpy as np
+
+    shown: list[tuple[Any, dict[str, Any]]] = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append((obj, kw)))
+    notebooks.state(
+        {"n": np.int64(3), "x": np.float64(0.5), "bad": [float("inf"), np.float64("nan")]},
+        "**3** runs",
+    )
+    [(bundle, kw)] = shown
+    assert kw == {"raw": True}
+    assert bundle == {
+        "text/markdown": "**3** runs",
+        notebooks.NUMBERS_MIME: {"n": 3, "x": 0.5, "bad": [None, None]},
+    }
+    assert type(bundle[notebooks.NUMBERS_MIME]["n"]) is int
+
+
+def test_server_passes_a_given_url_through() -> None:
+    url = "postgresql://postgres@127.0.0.1:5999/postgres"
+    assert notebooks.server(url) == url
