@@ -81,6 +81,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if violations else 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from sim.plan import plan
+
+    sc = _scenario(args.scenario, args.set or [])
+    sizes = [int(x) for x in args.sizes.split(",")]
+    target = {"quantile": args.quantile, "wait_s": args.wait}
+    group: int | str = int(args.group) if str(args.group).isdigit() else args.group
+    result = plan(sc, target, sizes, args.replications, engine=args.engine,
+                  group=group, database_url=args.database_url)  # fmt: skip
+    with pd_options():
+        print(result.to_frame().to_string(index=False))
+    print(result.headline())
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        result.to_html(out / "plan.html")
+        axes = result.plot()
+        first = axes[0] if isinstance(axes, list | tuple) or hasattr(axes, "__len__") else axes
+        first.figure.savefig(out / "plan.png", dpi=110)
+        print(f"wrote {out}/")
+    return 0
+
+
+def pd_options() -> Any:
+    import pandas as pd
+
+    return pd.option_context("display.width", 200, "display.max_columns", 30)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from sim.report import main_job
 
@@ -99,6 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--database-url", help="PostgreSQL server to create the run's database on")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_run)
+    p = sub.add_parser("plan", help="capacity planning: the smallest fleet meeting a target")
+    p.add_argument("scenario", help="a built-in name or a .toml file")
+    p.add_argument("--sizes", required=True, help="fleet sizes to try, e.g. 2,3,4,5")
+    p.add_argument("--quantile", type=float, default=0.95)
+    p.add_argument("--wait", type=float, required=True, help="the target wait in seconds")
+    p.add_argument("--replications", type=int, default=5)
+    p.add_argument("--group", default=0, help="the node group to resize (index or id prefix)")
+    p.add_argument("--engine", choices=("model", "mediator"), default="model")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE")
+    p.add_argument("--out")
+    p.add_argument("--database-url")
+    p.set_defaults(func=cmd_plan)
     rep = sub.add_parser("report", help="the main job: every scenario, charts, a summary table")
     rep.add_argument("--out", default="reports")
     rep.add_argument("--scale", choices=("full", "ci"), default="full")

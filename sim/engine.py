@@ -463,6 +463,15 @@ def _server_dsn(database_url: str | None) -> tuple[str, Callable[[str], str]]:
     return _cluster.dsn("postgres"), _cluster.dsn
 
 
+def server_url(database_url: str | None = None) -> str:
+    """A URL of the server simulations use (the process's embedded cluster when None), so that
+    other processes — notebook kernels — can create their databases on it too."""
+    if database_url:
+        return database_url
+    _server_dsn(None)
+    return str(_cluster.url("postgres"))
+
+
 def fresh_database(database_url: str | None = None) -> str:
     """A new, empty database for one simulation (sim.md §2: runs can go side by side)."""
     from mediator.pg import create_database

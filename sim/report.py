@@ -128,7 +128,9 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
     table = pd.DataFrame(rows)
     table.to_csv(out / "summary.csv", index=False)
     (out / "theory.json").write_text(json.dumps(theory, indent=2, default=float) + "\n")
-    notebooks = _render_notebooks(out, scale)
+    from sim.engine import server_url
+
+    notebooks = _render_notebooks(out, scale, server_url(database_url))
     _index(out, table, theory, notebooks, time.time() - started)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=[c for c in ("first_divergence",) if c in table]).to_string(
@@ -141,7 +143,7 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
     return 1 if bad else 0
 
 
-def _render_notebooks(out: Path, scale: str) -> list[str]:
+def _render_notebooks(out: Path, scale: str, database_url: str | None = None) -> list[str]:
     """Execute every notebook in notebooks/ and render it to HTML in out/ (sim.md §9)."""
     root = Path(__file__).resolve().parents[1] / "notebooks"
     books = sorted(root.glob("*.ipynb")) if root.is_dir() else []
@@ -149,7 +151,7 @@ def _render_notebooks(out: Path, scale: str) -> list[str]:
     for book in books:
         from sim.notebooks import render
 
-        rendered.append(render(book, out, scale=scale).name)
+        rendered.append(render(book, out, scale=scale, database_url=database_url).name)
     return rendered
 
 

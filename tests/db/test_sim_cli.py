@@ -49,7 +49,7 @@ def test_report_runs_the_cases_and_writes_an_index(server_url, tmp_path, monkeyp
         "vanished_node_off": (lambda: S.vanished_node(False), lambda: S.vanished_node(False)),
     }
     monkeypatch.setattr(report, "CASES", tiny)
-    monkeypatch.setattr(report, "_render_notebooks", lambda out, scale: [])
+    monkeypatch.setattr(report, "_render_notebooks", lambda out, scale, url=None: [])
     assert report.main_job(tmp_path / "rep", scale="ci", database_url=server_url) == 0
     table = pd.read_csv(tmp_path / "rep" / "summary.csv")
     assert list(table["scenario"]) == ["steady", "vanished_node_off"]
@@ -57,3 +57,14 @@ def test_report_runs_the_cases_and_writes_an_index(server_url, tmp_path, monkeyp
     assert table.set_index("scenario").loc["vanished_node_off", "stuck_s"] == pytest.approx(400)
     index = (tmp_path / "rep" / "index.html").read_text()
     assert "steady/waits.png" in index and "Erlang C" in index
+
+
+def test_plan_finds_the_smallest_fleet_meeting_a_target(server_url, tmp_path, capsys):
+    """python -m sim plan: the grid on the model, a table, the recommendation, a chart."""
+    out = tmp_path / "plan"
+    code = cli.main(["plan", "steady", "--sizes", "3,4,6", "--wait", "5", "--replications", "2",
+                     "--set", "horizon_runs=500", "--out", str(out),
+                     "--database-url", server_url])  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "3" in text and (out / "plan.html").exists() and (out / "plan.png").exists()
