@@ -202,7 +202,11 @@ class LifecycleMixin:
         with self.store.autocommit() as tx:
             return tx.work(node_id)
 
-    def _locked(self, tx: Tx, run_id: str, seq: int) -> tuple[Run, list[Step], Step]:
+    def _locked(
+        self, tx: Tx, run_id: str, seq: int, node_id: str | None = None
+    ) -> tuple[Run, list[Step], Step]:
+        """Lock the run, then its steps (the locking rule); with ``node_id``, refuse a step
+        that belongs to another node (403 ``not_your_step``)."""
         run = tx.get_run(run_id, lock=True)
         if run is None:
             raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
@@ -210,6 +214,10 @@ class LifecycleMixin:
         step = next((s for s in steps if s.seq == seq), None)
         if step is None:
             raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
+        if node_id is not None and step.node_id != node_id:
+            raise Forbidden(
+                f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
+            )
         return run, steps, step
 
     def claim(self, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:
@@ -221,12 +229,7 @@ class LifecycleMixin:
                 ``not_claimable`` (409).
         """
         with self.store.tx() as tx:
-            run, steps, step = self._locked(tx, run_id, seq)
-            if step.node_id != node_id:
-                raise Forbidden(
-                    f"Step {seq} of run {run_id} is not assigned to {node_id}.",
-                    code="not_your_step",
-                )
+            run, steps, step = self._locked(tx, run_id, seq, node_id)
             if run.state != RunState.RUNNING:
                 raise Conflict(f"Run {run_id} has ended ({run.state}).", code="run_ended")
             node = tx.node_row(node_id)
@@ -286,12 +289,7 @@ class LifecycleMixin:
         rolled = False
         change = _Change(run_id)
         with self.store.tx() as tx:
-            run, steps, step = self._locked(tx, run_id, seq)
-            if step.node_id != node_id:
-                raise Forbidden(
-                    f"Step {seq} of run {run_id} is not assigned to {node_id}.",
-                    code="not_your_step",
-                )
+            run, steps, step = self._locked(tx, run_id, seq, node_id)
             node = tx.node_row(node_id)
             current = node["instance"] if node else ""
             inst = current if instance is None else instance

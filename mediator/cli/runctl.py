@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from mediator.argtypes import positive_float, positive_int
 from mediator.client import DEFAULT_URL, ApiError, Client, Reply
 
 EXIT_OK = 0
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", parents=[common], help="list runs, newest first")
     p.add_argument("--state", help="QUEUED, RUNNING, PASSED or FAILED")
     p.add_argument("--work", dest="work_id", metavar="W", help="only runs of this work_id")
-    p.add_argument("--limit", type=_positive_int, help="at most this many runs (server: 100)")
+    p.add_argument("--limit", type=positive_int, help="at most this many runs (server: 100)")
 
     p = sub.add_parser("cancel", parents=[common], help="cancel a run")
     p.add_argument("run_id", metavar="RUN_ID")
@@ -106,36 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_polling(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_INTERVAL,
         help=f"seconds between polls (default {DEFAULT_INTERVAL:g})",
     )
     p.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_TIMEOUT,
         help=f"give up after this many seconds (default {DEFAULT_TIMEOUT:g})",
     )
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
 
 
 def main(

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mediator.argtypes import positive_float
 from mediator.client import DEFAULT_URL, Client
 from mediator.enode.daemon import DEFAULT_POLL, Daemon
 
@@ -73,22 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--poll",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_POLL,
         metavar="SECONDS",
         help=f"seconds between work polls when idle (default {DEFAULT_POLL:g})",
     )
     return parser
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
-    return value
 
 
 def read_capabilities(path: str) -> dict[str, Any]:
