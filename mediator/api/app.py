@@ -236,7 +236,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         if not isinstance(doc, dict):
             raise ContractError("The contract must be a JSON object.", field=None)
         sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
-        return JSONResponse(_jsonable(sub.body()), sub.status)
+        return JSONResponse(sub.body(), sub.status)  # Run.to_dict is JSON-ready already
 
     # 6 -- list runs
     @app.get("/v1/runs", tags=["runs"])
@@ -353,13 +353,3 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         app.mount("/", StaticFiles(directory=str(UI_DIR), html=True), name="panel")
 
     return app
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value

@@ -110,7 +110,6 @@ def serve(args: argparse.Namespace) -> int:
             app, host=config.host, port=config.port, log_level="warning", access_log=False
         )
     )
-    bound = threading.Event()
     original_startup = server.startup
 
     async def startup(sockets: object = None) -> None:
@@ -120,7 +119,6 @@ def serve(args: argparse.Namespace) -> int:
             port = server.servers[0].sockets[0].getsockname()[1]
         mode = " (development mode: no tokens)" if args.dev else ""
         print(f"mediator: serving on http://{config.host}:{port}{mode}", flush=True)
-        bound.set()
 
     server.startup = startup  # type: ignore[method-assign]
 

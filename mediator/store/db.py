@@ -139,20 +139,8 @@ class Tx:
     def steps(self, run_id: str) -> list[Step]:
         return self._rows("run_steps", {"run_id": run_id}, row=class_row(Step))
 
-    def run_contract(self, run_id: str) -> dict[str, Any] | None:
-        r = self._one("run_contract", {"run_id": run_id})
-        return r["contract"] if r else None
-
     def seal_source(self, run_id: str) -> dict[str, Any] | None:
         return self._one("seal_source", {"run_id": run_id})  # type: ignore[no-any-return]
-
-    def run_events(self, run_id: str) -> list[dict[str, Any]]:
-        return self._rows("run_events", {"run_id": run_id})
-
-    def step_logs(self, run_id: str) -> list[tuple[int, str, str]]:
-        return [
-            (r["seq"], r["name"], r["log"]) for r in self._rows("step_logs", {"run_id": run_id})
-        ]
 
     def mark_sealed(self, run_id: str) -> None:
         self._exec("mark_sealed", {"run_id": run_id})

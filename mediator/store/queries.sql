@@ -264,15 +264,6 @@ SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, 
        attempt, chosen, started_at, ended_at
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq
 
--- run_contract --
-SELECT contract FROM runs WHERE run_id = %(run_id)s
-
--- run_events --
-SELECT id, at, run_id, node_id, kind, data FROM events WHERE run_id = %(run_id)s ORDER BY id
-
--- step_logs --
-SELECT seq, name, log FROM steps WHERE run_id = %(run_id)s ORDER BY seq
-
 -- mark_sealed --
 UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 'FAILED')
 
