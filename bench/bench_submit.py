@@ -36,7 +36,7 @@ READY = re.compile(r"serving on (http://\S+)")
 
 def pgbench_tps(pg: EmbeddedPostgres, seconds: int) -> float:
     db = "pgbench"
-    pg._ensure_database(db)
+    pg.ensure_database(db)
     conn = ["-h", pg.socket_dir, "-p", str(pg.port), "-U", "postgres"]
     subprocess.run(["pgbench", "-i", "-q", "-s", "10", *conn, db], check=True, capture_output=True)
     out = subprocess.run(
@@ -116,7 +116,7 @@ def main() -> None:
     with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory() as tmp:
         baseline = pgbench_tps(pg, args.time)
         print(f"baseline pgbench TPC-B-like -c2 -j2: {baseline:,.0f} TPS")
-        pg._ensure_database("p1")
+        pg.ensure_database("p1")
         dsn = pg.dsn("p1")
         cfg = Config(advert_ttl_seconds=3600, lease_ttl_seconds=3600)
         med = Mediator.connect(dsn, cfg, records_root=str(Path(tmp) / "records"))

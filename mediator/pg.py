@@ -22,6 +22,7 @@ import glob
 import os
 import pwd
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -120,15 +121,24 @@ class RunAs:
 
 
 class _Cluster(testing.postgresql.Postgresql):  # type: ignore[misc]
-    """``testing.postgresql`` with the server started as ``run_as`` and a unix-socket DSN."""
+    """``testing.postgresql`` with ``initdb`` and ``postgres`` run as ``run_as`` (a setting)."""
 
-    run_as: RunAs | None = None
+    def initialize(self) -> None:
+        self.run_as: RunAs | None = self.settings.pop("run_as", None)
+        super().initialize()
 
     def initialize_database(self) -> None:
+        data = os.path.join(self.base_dir, "data")
+        if os.path.exists(os.path.join(data, "PG_VERSION")):
+            return  # a persistent cluster that exists already
+        argv = [self.initdb, "-D", data, "--lc-messages=C", *self.settings["initdb_args"].split()]
         if self.run_as is not None:
             os.chmod(self.base_dir, 0o755)
             self.run_as.own(self.base_dir)
-        super().initialize_database()
+            argv = self.run_as.wrap(argv)
+        done = subprocess.run(argv, capture_output=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed: {done.stderr.decode(errors='replace')}")
 
     def get_server_commandline(self) -> list[str]:
         argv: list[str] = super().get_server_commandline()
@@ -164,30 +174,19 @@ class EmbeddedPostgres:
             for s in EPHEMERAL_SETTINGS:
                 settings += ["-c", s]
         settings += ["-c", "max_connections=200"]
-        cluster_cls = type("Cluster", (_Cluster,), {"run_as": self.run_as})
-        initdb_cmd = initdb
-        if self.run_as is not None:
-            # testing.postgresql runs `[initdb, -D, dir, ...]`; a wrapper script keeps that shape.
-            initdb_cmd = self._wrapper("initdb", self.run_as.wrap([initdb]))
-        self._pg: Any = cluster_cls(
+        self._pg: Any = _Cluster(
             base_dir=base_dir,
-            initdb=initdb_cmd,
+            initdb=initdb,
             initdb_args="-U postgres -A trust -E UTF8 --locale=C",
             postgres=postgres,
             postgres_args=" ".join(settings),
+            run_as=self.run_as,
         )
         if self.ephemeral:
             # testing.postgresql only deletes directories it created itself.
             self._pg._use_tmpdir = True
         self.database = database
-        self._ensure_database(database)
-
-    def _wrapper(self, name: str, argv: list[str]) -> str:
-        path = os.path.join(tempfile.mkdtemp(prefix="mediator-pgbin-"), name)
-        with open(path, "w") as f:
-            f.write("#!/bin/sh\nexec " + " ".join(argv) + ' "$@"\n')
-        os.chmod(path, 0o755)
-        return path
+        self.ensure_database(database)
 
     @property
     def port(self) -> int:
@@ -206,7 +205,8 @@ class EmbeddedPostgres:
         """A postgresql:// URL over TCP loopback, for tools that want one (pgbench, psql)."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database or self.database}"
 
-    def _ensure_database(self, database: str) -> None:
+    def ensure_database(self, database: str) -> None:
+        """Create ``database`` on this cluster unless it exists."""
         import pg8000.native  # testing.postgresql's own driver; keeps psycopg in store/db.py
 
         con = pg8000.native.Connection(
