@@ -608,9 +608,9 @@ class Mediator(LifecycleMixin):
             if run.state != RunState.QUEUED:
                 return Run(**{**run.__dict__, "steps": steps})
             position = tx.queue_position(run_id)
-            fleet = tx.fleet()
             contract = tx.live_contract(run_id) or {}
-        needs = {r: dict(n) for r, n in (contract.get("roles") or {}).items()}
+            needs = {r: dict(n) for r, n in (contract.get("roles") or {}).items()}
+            fleet = tx.fleet_for(needs)  # the wait reason needs only this run's candidates
         adverts, busy, draining = self._view(fleet)
         res = match(needs, adverts, busy | draining, self.config.max_width)
         if isinstance(res, Reject):

@@ -332,7 +332,6 @@ class Engine:
             node.drain = ev.policy if ev.kind == "drain" else ""
             if node.up:
                 self._advert(node)
-        self.touched += [r for r, a in self.assigned.items() if ev.node_id in a.values()]
 
     # ---- the reaper ----
     def _start_reaper(self) -> None:

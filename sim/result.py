@@ -84,7 +84,7 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _seconds(med: Mediator, column: str) -> str:
+def _seconds(column: str) -> str:
     return f"extract(epoch FROM ({column} - timestamptz '{_T0}'))::float8"
 
 
@@ -97,9 +97,9 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
     sc = plan.scenario
     rows = med.query(
         f"""SELECT run_id, work_id, state, verdict, assigned, reject,
-                   {_seconds(med, "created_at")} AS created_at,
-                   {_seconds(med, "started_at")} AS started_at,
-                   {_seconds(med, "ended_at")} AS ended_at
+                   {_seconds("created_at")} AS created_at,
+                   {_seconds("started_at")} AS started_at,
+                   {_seconds("ended_at")} AS ended_at
             FROM runs ORDER BY run_id"""
     )
     columns = ["run_id", "work_id", "state", "verdict", "assigned", "reject", "created_at",
@@ -125,7 +125,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
         }
     )
     events = med.query(
-        f"""SELECT id, {_seconds(med, "at")} AS at_s, kind, run_id, node_id, data
+        f"""SELECT id, {_seconds("at")} AS at_s, kind, run_id, node_id, data
             FROM events ORDER BY id"""
     )
     promos = []
