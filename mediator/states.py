@@ -131,11 +131,7 @@ def run_transition(frm: RunState | str | None, to: RunState | str) -> RunState:
     Raises:
         InvalidTransition: The move is not in the table, or a state is unknown.
     """
-    source = None if frm is None else _member(RunState, frm, "run")
-    target = _member(RunState, to, "run")
-    if target not in RUN_TRANSITIONS[source]:
-        raise InvalidTransition(f"A run cannot go from {source or 'no row'} to {target}.")
-    return target
+    return _transition(RUN_TRANSITIONS, RunState, "run", frm, to)
 
 
 def step_transition(frm: StepState | str | None, to: StepState | str) -> StepState:
@@ -151,11 +147,7 @@ def step_transition(frm: StepState | str | None, to: StepState | str) -> StepSta
     Raises:
         InvalidTransition: The move is not in the table, or a state is unknown.
     """
-    source = None if frm is None else _member(StepState, frm, "step")
-    target = _member(StepState, to, "step")
-    if target not in STEP_TRANSITIONS[source]:
-        raise InvalidTransition(f"A step cannot go from {source or 'no row'} to {target}.")
-    return target
+    return _transition(STEP_TRANSITIONS, StepState, "step", frm, to)
 
 
 def settle_verdict(step_states: Iterable[str]) -> tuple[RunState, Verdict] | None:
@@ -180,6 +172,21 @@ def settle_verdict(step_states: Iterable[str]) -> tuple[RunState, Verdict] | Non
     if all(s is StepState.PASSED for s in states):
         return RunState.PASSED, Verdict.PASS
     return RunState.FAILED, Verdict.FAIL
+
+
+def _transition(
+    table: Mapping[_E | None, frozenset[_E]],
+    enum: type[_E],
+    machine: str,
+    frm: _E | str | None,
+    to: _E | str,
+) -> _E:
+    """One table lookup shared by both machines: the move must be listed, or it is refused."""
+    source = None if frm is None else _member(enum, frm, machine)
+    target = _member(enum, to, machine)
+    if target not in table[source]:
+        raise InvalidTransition(f"A {machine} cannot go from {source or 'no row'} to {target}.")
+    return target
 
 
 def _member(enum: type[_E], value: _E | str, machine: str) -> _E:
