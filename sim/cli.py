@@ -82,6 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from sim.plan import plan
 
     sc = _scenario(args.scenario, args.set or [])
@@ -90,24 +92,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     group: int | str = int(args.group) if str(args.group).isdigit() else args.group
     result = plan(sc, target, sizes, args.replications, engine=args.engine,
                   group=group, database_url=args.database_url)  # fmt: skip
-    with pd_options():
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(result.to_frame().to_string(index=False))
     print(result.headline())
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         result.to_html(out / "plan.html")
-        axes = result.plot()
-        first = axes[0] if isinstance(axes, list | tuple) or hasattr(axes, "__len__") else axes
-        first.figure.savefig(out / "plan.png", dpi=110)
+        result.plot().savefig(out / "plan.png", dpi=110)  # plot() returns the figure
         print(f"wrote {out}/")
     return 0
-
-
-def pd_options() -> Any:
-    import pandas as pd
-
-    return pd.option_context("display.width", 200, "display.max_columns", 30)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
