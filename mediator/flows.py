@@ -586,7 +586,8 @@ class Mediator(LifecycleMixin):
                 )
             tx.renew_leases(node_id, instance, self.config.lease_ttl_seconds)
         released = False
-        if prev.prev_instance != instance or drain == "at-boundary":
+        if not prev.inserted and (prev.prev_instance != instance or drain == "at-boundary"):
+            # (a node advertising for the first time holds no lease to check)
             # Restart detection and at-boundary drains (§7.5); wake 4 if they released a node.
             released = self._advert_effects(node_id, instance, drain)
         released_drain = prev.prev_drain != "" and drain == ""
