@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mediator.api.auth import Principal, Tokens
-from mediator.api.events import EventFeed
+from mediator.api.events import EventFeed, StreamGauge, StreamsFull
 from mediator.api.limits import BodyLimit
 from mediator.api.metrics import Metrics
 from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
@@ -86,8 +86,14 @@ class AnswerBody(_Body):
 def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = MAX_BODY) -> FastAPI:
     """Build the API around one Mediator. ``tokens=None`` is the development mode."""
     tokens = tokens or Tokens(None)
-    feed = EventFeed(med)
+    feed = EventFeed(
+        med,
+        keepalive_s=med.config.events_keepalive_seconds,
+        max_streams=med.config.events_max_streams,
+        max_per_principal=med.config.events_max_streams_per_principal,
+    )
     metrics = Metrics(med)
+    metrics.registry.register(StreamGauge(feed))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -310,15 +316,20 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             "step_state": r.step_state,
         }
 
-    # 14 -- server-sent events
-    @app.get("/v1/events", tags=["events"], response_class=StreamingResponse)
-    def get_events(
+    # 14 -- server-sent events (async: an idle stream holds no worker thread; issue 11 §2)
+    @app.get(
+        "/v1/events",
+        tags=["events"],
+        response_class=StreamingResponse,
+        responses={503: {"description": "Too many open event streams; see Retry-After"}},
+    )
+    async def get_events(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
         after: int | None = None,
         limit: Annotated[int | None, Query(ge=1)] = None,
         authorization: Auth = None,
-    ) -> StreamingResponse:
-        caller(authorization)
+    ) -> Response:
+        p = caller(authorization)
         start = after
         if last_event_id is not None:
             try:
@@ -327,8 +338,14 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
                 raise ContractError(
                     "Last-Event-ID must be an event id.", field="Last-Event-ID"
                 ) from None
+        try:
+            ticket = feed.admit(p.name)
+        except StreamsFull as full:
+            refused = _error(503, "too_many_streams", full.message)
+            refused.headers["Retry-After"] = str(full.retry_after)
+            return refused
         return StreamingResponse(
-            feed.stream(start, limit),
+            feed.stream(ticket, start, limit),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
