@@ -209,3 +209,29 @@ class TestCaps:
                 s.close()
             eventually(lambda: gauge(http) == 0, timeout=10 * KEEPALIVE)
         open_streams(port, 4, streams, "ta")  # the places came back
+
+
+# ---- replay, then live: no event skipped or repeated -----------------------------------------
+def test_a_replay_from_an_old_id_hands_over_to_the_live_buffer_without_gaps(
+    serve, streams, med, monkeypatch
+):
+    # Tiny pages and buffer, so the replay reads the table in several pages and the shared
+    # buffer has already dropped the oldest rows when the late stream starts.
+    monkeypatch.setattr("mediator.api.events.PAGE", 3)
+    monkeypatch.setattr("mediator.api.events.BUFFER", 4)
+    url = serve()
+    port = port_of(url)
+    (early,) = open_streams(port, 1, streams)  # starts the pump
+    med.advert("X", {"board": "x"}, "i1")
+    for i in range(6):
+        med.submit(contract(f"r{i}"))  # RUNNING, then QUEUED behind it
+    with med.store.tx() as tx:
+        last = tx.last_event_id()
+    early.read_until(f"id: {last}\n".encode())  # the buffer has moved past the first rows
+    late = Stream(port, query="?after=1")
+    streams.append(late)
+    late.read_until(f"id: {last}\n".encode())
+    med.submit(contract("live"))
+    late.read_until(b'"run_id": "live"')
+    ids = [int(m) for m in re.findall(rb"^id: (\d+)$", late.data, re.M)]
+    assert ids == list(range(2, ids[-1] + 1))  # every id after 1, once, in order
