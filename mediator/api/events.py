@@ -253,7 +253,6 @@ class EventFeed:
                 assert self._changed is not None
                 changed = self._changed  # taken before reading, so no change is missed
                 rows = self._buffered_after(last)
-                replaying = rows is None
                 if rows is None:  # behind the buffer: read the table ourselves (one page)
                     try:
                         rows = await _in_thread(self._read, last)
@@ -273,9 +272,11 @@ class EventFeed:
                     yield b": keepalive\n\n"  # a vanished client fails this write
                     quiet_since = time.monotonic()
                     continue
-                wait = min(left, self.horizon_s) if replaying else left
+                # Replaying or not, wait for the pump: it re-reads every horizon_s for all
+                # streams, so a replaying stream needs no polling of its own (it reads again
+                # after the next change, or at the keepalive).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), wait)
+                    await asyncio.wait_for(changed.wait(), left)
         finally:
             ticket.release()
 
