@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from mediator.tickets import store, view
+from mediator.tickets.files import BadName
 from mediator.tickets.names import SuffixError
 from mediator.tickets.reclaim import DEFAULT_TTL, reclaim_stale
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES, Status
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         handler = _HANDLERS[parsed.command]
         return handler(queue, parsed, command)
-    except SuffixError as error:
+    except (SuffixError, BadName) as error:
         print(f"tickets: {error}", file=sys.stderr)
         return 2
     except Refused as error:
@@ -128,8 +129,9 @@ def _new(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _list(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
-    verdicts = store.read_snapshot(queue).judge()
-    data = view.board(verdicts, now=time.time())
+    snapshot = store.read_snapshot(queue)
+    verdicts = snapshot.judge()
+    data = view.board(verdicts, now=time.time(), invalid=snapshot.invalid)
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2))
         return 0
@@ -152,6 +154,11 @@ def _list(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
         print(f"bell: {len(bell['answers'])} questions waiting for an answer")
         for item in bell["answers"]:
             print(f"  {item['hash']}  {item['title']}: {item['question']} ({item['days']}d)")
+    if bell["invalid"]:
+        # issue 12 §8: the "invalid" state, with its reason; never given to a worker.
+        print(f"bell: {len(bell['invalid'])} invalid files nobody picks up")
+        for item in bell["invalid"]:
+            print(f"  {item['file']}  invalid: {item['reason']}")
     return 0
 
 
