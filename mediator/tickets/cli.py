@@ -84,9 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, text: str, **extra: str) -> argparse.ArgumentParser:
-        extra.setdefault("description", text)
-        return sub.add_parser(name, parents=[common], help=text, allow_abbrev=False, **extra)
+    def command(
+        name: str, text: str, usage: str | None = None, description: str | None = None
+    ) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            usage=usage,
+            description=description or text,
+            allow_abbrev=False,
+        )
 
     new = command("new", "write a new open ticket; prints its hash")
     new.add_argument("--title", required=True, help="what is asked (required)")
