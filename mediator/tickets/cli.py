@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from mediator.tickets import store, view
-from mediator.tickets.files import BadName
+from mediator.tickets.files import BadInput
 from mediator.tickets.names import SuffixError
 from mediator.tickets.reclaim import DEFAULT_TTL, reclaim_stale
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES, Status
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         handler = _HANDLERS[parsed.command]
         return handler(queue, parsed, command)
-    except (SuffixError, BadName) as error:
+    except (SuffixError, BadInput) as error:
         print(f"tickets: {error}", file=sys.stderr)
         return 2
     except Refused as error:

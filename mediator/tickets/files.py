@@ -29,6 +29,9 @@ from mediator.tickets.frontmatter import Document
 # A ticket file holds a request and a progress log; a megabyte is far beyond any real one, and the
 # limit keeps one planted file from making every listing read gigabytes.
 MAX_TICKET_BYTES = 1 << 20
+# What a person may write in one go (a title, a body, an answer, who answers): well under the file
+# limit, so a ticket with its engine keys and a long progress log still fits.
+MAX_TEXT_CHARS = 64 * 1024
 MAX_HASH_CHARS = 64
 _HASH = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 # Opening never follows a symlink, never blocks on a FIFO, never leaks into a session's command.
@@ -39,8 +42,23 @@ NOT_REGULAR = "not a regular file"
 BAD_NAME = "the name is not a ticket hash (letters, digits, - and _)"
 
 
-class BadName(ValueError):
-    """A name given by a person that is not a ticket hash; the message names the field."""
+class BadInput(ValueError):
+    """A person's input the queue refuses before touching a file; the message names the field."""
+
+
+class BadName(BadInput):
+    """A name given by a person that is not a ticket hash."""
+
+
+def check_text(text: str, field: str) -> str:
+    """Returns ``text`` if it is within ``MAX_TEXT_CHARS``.
+
+    Raises:
+        BadInput: Naming ``field`` when it is longer.
+    """
+    if len(text) > MAX_TEXT_CHARS:
+        raise BadInput(f"{field}: longer than {MAX_TEXT_CHARS} characters ({len(text)})")
+    return text
 
 
 class NotATicketFile(OSError):

@@ -20,6 +20,7 @@ from mediator.tickets.files import (
     InvalidFile,
     NotATicketFile,
     check_hash,
+    check_text,
     content_problem,
     is_hash,
     link_problem,
@@ -205,6 +206,8 @@ def create_ticket(
         raise Refused(f"priority must be 1–5 (5 most urgent), not {priority}")
     for dep in deps:
         check_hash(dep, "--dep")
+    check_text(title, "--title")
+    check_text(body, "--body")
     created = created or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     while True:
         ticket_hash = new_hash(title, created)
@@ -231,6 +234,8 @@ def answer(queue: QueueDir, ticket_hash: str, text: str, by: str, *, now: float)
         Refused: When the ticket is unknown, not open, not waiting, or ``text`` is blank.
     """
     check_hash(ticket_hash)
+    check_text(text, "text")
+    check_text(by, "by")
     if not text.strip():
         raise Refused("an answer needs some text")
     snapshot = read_snapshot(queue)

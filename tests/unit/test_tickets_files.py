@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from mediator.tickets.board.server import create_app
 from mediator.tickets.claim import claim
 from mediator.tickets.cli import main
-from mediator.tickets.files import MAX_TICKET_BYTES
+from mediator.tickets.files import MAX_TEXT_CHARS, MAX_TICKET_BYTES
 from mediator.tickets.names import Lane
 from mediator.tickets.reclaim import reclaim_stale
 from mediator.tickets.store import QueueDir, create_ticket, read_snapshot
@@ -281,3 +281,45 @@ def test_plain_markdown_without_frontmatter_is_still_a_ticket(queue: QueueDir) -
     [ticket] = read_snapshot(queue).tickets
     assert (ticket.hash, ticket.title) == ("ffffffffffff", "Resize the figures")
     assert read_snapshot(queue).invalid == ()
+
+
+# ---- limits: what a person may write is bounded (tested at 10x) ------------------------------
+
+
+def asking(queue: QueueDir) -> str:
+    h = create_ticket(queue, "asks")
+    path = queue.path(h, Lane.QUEUED)
+    path.write_text(
+        path.read_text().replace(
+            "kind: ticket",
+            "kind: ticket\nquestion: Which?\nawaiting_answer_since: 2025-01-01T00:00:00Z",
+        )
+    )
+    return h
+
+
+def test_an_answer_ten_times_too_long_is_refused_naming_the_field(
+    queue: QueueDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h = asking(queue)
+    huge = "y" * (10 * MAX_TEXT_CHARS)
+    client = TestClient(create_app(queue, clock=lambda: NOW))
+    response = client.post(f"/api/tickets/{h}/answer", json={"text": huge})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(f"text: longer than {MAX_TEXT_CHARS} characters")
+    code, _, err = run_cli(capsys, "answer", h, huge, "--queue", str(queue.root))
+    assert (code, err.count("\n")) == (2, 1) and err.startswith("tickets: text: ")
+    code, _, err = run_cli(capsys, "new", "--title", huge, "--queue", str(queue.root))
+    assert (code, err.count("\n")) == (2, 1) and err.startswith("tickets: --title: ")
+    assert sorted(os.listdir(queue.root)) == [f"{h}.md"]  # nothing was written
+    ok = client.post(f"/api/tickets/{h}/answer", json={"text": "y" * MAX_TEXT_CHARS})
+    assert ok.status_code == 201  # the limit itself is allowed
+
+
+def test_a_malformed_request_body_is_a_400_naming_the_field(queue: QueueDir) -> None:
+    h = asking(queue)
+    client = TestClient(create_app(queue, clock=lambda: NOW))
+    for body in (None, {}, {"text": 5}, [1, 2]):
+        response = client.post(f"/api/tickets/{h}/answer", json=body)
+        assert response.status_code == 400, body
+        assert response.json()["error"].startswith(("body", "text")), response.text

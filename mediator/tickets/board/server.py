@@ -18,11 +18,12 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel
 
 from mediator.tickets import store, view
-from mediator.tickets.files import BadName, NotATicketFile
+from mediator.tickets.files import BadInput, NotATicketFile
 from mediator.tickets.frontmatter import Document, render_value
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES
 from mediator.tickets.store import QueueDir, Refused
@@ -59,10 +60,17 @@ def create_app(
     async def refused(_: Any, error: Refused) -> JSONResponse:
         return JSONResponse({"error": str(error)}, status_code=409)
 
-    @app.exception_handler(BadName)
-    async def bad_name(_: Any, error: BadName) -> JSONResponse:
-        # issue 12 §8: a name that would leave the queue folder is bad input, named by its field.
+    @app.exception_handler(BadInput)
+    async def bad_input(_: Any, error: BadInput) -> JSONResponse:
+        # issue 12 §8: a name that would leave the queue folder, or text over the limit, is bad
+        # input named by its field – a 400, never a traceback.
         return JSONResponse({"error": str(error)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(_: Any, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=400)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
