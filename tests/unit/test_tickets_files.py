@@ -323,3 +323,25 @@ def test_a_malformed_request_body_is_a_400_naming_the_field(queue: QueueDir) -> 
         response = client.post(f"/api/tickets/{h}/answer", json=body)
         assert response.status_code == 400, body
         assert response.json()["error"].startswith(("body", "text")), response.text
+
+
+def test_the_question_file_is_read_without_following_a_symlink_and_within_the_limit(
+    queue: QueueDir, victim: Path
+) -> None:
+    linked, huge = create_ticket(queue, "links its question"), create_ticket(queue, "rambles")
+    script = (
+        f'if [ "$TICKET_HASH" = {linked} ]; then ln -s {victim} "$TICKET_QUESTION_FILE"; '
+        f'else head -c {10 * MAX_TEXT_CHARS} /dev/zero | tr "\\0" q > "$TICKET_QUESTION_FILE"; fi; '
+        "exit 3"
+    )
+    worker = Worker(WorkerConfig(queue, ("sh", "-c", script), exit_when_idle=True))
+    assert sorted(r.hash for r in worker.run()) == sorted([linked, huge])
+    assert untouched(victim)
+    tickets = {t.hash: t for t in read_snapshot(queue).tickets}
+    assert "s3cr3t" not in (tickets[linked].question or "")
+    assert (
+        tickets[linked].question
+        == "(the session asked but wrote no question to TICKET_QUESTION_FILE)"
+    )
+    assert len(tickets[huge].question or "") < 2 * MAX_TEXT_CHARS  # cut, and the file stays valid
+    assert read_snapshot(queue).invalid == ()
