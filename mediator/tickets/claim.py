@@ -100,13 +100,14 @@ def _plain_file(path: Path) -> bool:
     return stat.S_ISREG(status.st_mode) and status.st_nlink == 1
 
 
-def _open_valid(path: Path) -> int | None:
-    """A read/write descriptor on ``path`` if it is a regular, well-formed ticket; else None."""
+def _open_valid(path: Path, names: int) -> int | None:
+    """A read/write descriptor on ``path`` if it is a regular, well-formed ticket with exactly
+    ``names`` hard links (a third name would be a file outside the queue); else None."""
     try:
         fd = open_regular(path, os.O_RDWR)
     except (NotATicketFile, FileNotFoundError):
         return None
-    if content_problem(read_fd(fd)) is not None:
+    if os.fstat(fd).st_nlink != names or content_problem(read_fd(fd)) is not None:
         os.close(fd)
         return None
     return fd
@@ -122,7 +123,7 @@ def _confirm_link(queue: QueueDir, ticket_hash: str, source: Path, target: Path)
     this. So the claim stands only if ``<hash>.md`` still names the inode we linked; while our
     ``.wip`` exists nobody else can claim that name, so the check cannot go stale before the unlink.
     """
-    fd = _open_valid(target)
+    fd = _open_valid(target, names=2)  # exactly <hash>.md and ours
     if fd is None:
         os.unlink(target)  # a symlink or a malformed file swapped in after our check: skip it
         return None
@@ -131,11 +132,7 @@ def _confirm_link(queue: QueueDir, ticket_hash: str, source: Path, target: Path)
         current = os.lstat(source)
     except FileNotFoundError:
         current = None
-    if (
-        current is None
-        or (current.st_dev, current.st_ino) != (ours.st_dev, ours.st_ino)
-        or ours.st_nlink != 2  # exactly <hash>.md and ours: no third name outside the queue
-    ):
+    if current is None or (current.st_dev, current.st_ino) != (ours.st_dev, ours.st_ino):
         os.unlink(target)  # a link to someone else's finished or released inode: not a claim
         os.close(fd)
         return None
@@ -156,7 +153,7 @@ def _claim_exclusive(queue: QueueDir, ticket_hash: str) -> Held | None:
         # previous holder already finished (renamed its .wip to .done), our create succeeded only
         # because the name was free again – claiming now would run a finished ticket twice. Reading
         # the content only now also means we copy the latest version, not one read before.
-        original = _open_valid(source)
+        original = _open_valid(source, names=1)
         if original is None:  # gone, or a symlink or malformed file: not ours to copy
             os.unlink(target)
             os.close(fd)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from mediator.tickets import claim as claiming
 from mediator.tickets.board.server import create_app
 from mediator.tickets.claim import claim
 from mediator.tickets.cli import main
@@ -120,13 +121,27 @@ def test_a_claim_refuses_a_symlink_that_replaced_a_ticket_after_the_listing(
     assert sorted(os.listdir(queue.root)) == [f"{h}.md"] and path.is_symlink()
 
 
+@pytest.mark.parametrize("hard_links", [True, False], ids=["hard links", "O_EXCL fallback"])
+@pytest.mark.parametrize("checked_first", [True, False], ids=["seen early", "swapped in late"])
 def test_a_claim_refuses_a_hard_link_to_a_file_outside_the_queue(
-    queue: QueueDir, victim: Path
+    queue: QueueDir,
+    victim: Path,
+    hard_links: bool,
+    checked_first: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A second name for an outside file is the same trap without a symlink."""
+    """A second name for an outside file is the same trap without a symlink.
+
+    "swapped in late": the link appears after the claim's lstat check, so the check passes and
+    the descriptor's own link count must catch it.
+    """
+    queue = QueueDir(queue.root, hard_links=hard_links)
     os.link(victim, queue.root / "cccccccccccc.md")
+    if not checked_first:
+        monkeypatch.setattr(claiming, "_plain_file", lambda _path: True)
     assert claim(queue, "cccccccccccc") is None
     assert untouched(victim)
+    assert sorted(os.listdir(queue.root)) == ["cccccccccccc.md"]
     [bad] = read_snapshot(queue).invalid
     assert bad.reason == "has 2 hard links (a ticket file must be its only name)"
 
