@@ -28,7 +28,8 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
 - wake points (§7.3): 1 result/answer (not after a retry rollback; a late result for an ended
   run wakes only if it freed the node's lease), 3 reaper only if it released, 4 advert handler
   lost a run (restart) or finished an at-boundary drain, 6 drain cleared, 7 node (re)appears
-  (only with `wake_on_return`), 8 submit's guard. (2 cancel: the plan has no cancels; 5 process
+  (only with `wake_on_return`), 8 submit's guard, 9 an advert whose capabilities differ from
+  the stored ones. (2 cancel: the plan has no cancels; 5 process
   start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
   end a stuck interval early.
 - leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs at
@@ -51,6 +52,7 @@ The fleet as the daemons behave (the contract the real-Mediator engine must foll
   `restart` (up nodes only): the daemon restarts with a fresh instance — a step in flight is lost —
   and advertises at once, keeping its advert schedule. `drain`/`undrain` (up nodes): the daemon
   advertises the new policy at once, keeping its schedule; a dark node takes it on return.
+  `caps`: the same for new capabilities (the advert that changes them wakes, 9).
   An event that does not apply (vanish of a dark node, return of an up one, restart of a dark one)
   is ignored. Instances are `f"{node_id}#{k}"`, k = 0, 1, … per daemon start.
 - a node runs one step at a time. With claim latency 0 it claims, at the same instant, the
@@ -206,12 +208,25 @@ def satisfies(needs: Mapping[str, Any], caps: Mapping[str, Any]) -> bool:
     return True
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality as jsonb sees it (wake 9 compares stored and advertised capabilities):
+    key order does not matter, 1 equals 1.0, a boolean only equals a boolean."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping | list | tuple) or isinstance(b, Mapping | list | tuple):
+        return False
+    return _same(a, b) or (a is None and b is None)
+
+
 class _Node:
     __slots__ = (
         "advert_epoch",
         "busy",
         "caps",
         "claim_pending",
+        "daemon_caps",
         "daemon_drain",
         "drain",
         "expires_at",
@@ -227,7 +242,8 @@ class _Node:
     def __init__(self, idx: int, node_id: str, caps: dict[str, Any]) -> None:
         self.idx = idx
         self.node_id = node_id
-        self.caps = caps
+        self.caps = caps  # what the Mediator knows (last advert)
+        self.daemon_caps = caps  # what the daemon will advertise (a `caps` event changes it)
         self.up = True  # the daemon is running and advertising
         self.starts = 0
         self.instance = f"{node_id}#0"
@@ -253,16 +269,25 @@ class _Lease:
 
 
 class _Needs:
-    """Per needs_key: the roles, who can serve each (static: capabilities do not change in a
-    simulation), candidate order for step 4 of the matcher, and this key's queue."""
+    """Per needs_key: the roles, who can serve each (recomputed only when an advert changes a
+    node's capabilities, wake 9), candidate order for step 4 of the matcher, and this key's
+    queue."""
 
-    __slots__ = ("head", "key", "order", "queue", "roles", "serves")
+    __slots__ = ("head", "key", "needs", "order", "queue", "roles", "serves")
 
     def __init__(
         self, key: str, needs_by_role: Mapping[str, Mapping[str, Any]], nodes: list[_Node]
     ):
         self.key = key
+        self.needs = needs_by_role
         self.roles = tuple(sorted(needs_by_role))
+        self.index(nodes)
+        self.queue: list[_Run] = []  # this key's QUEUED runs in FIFO order (lazy deletion)
+        self.head = 0
+
+    def index(self, nodes: list[_Node]) -> None:
+        """Who serves each role, from the nodes' capabilities as the Mediator knows them."""
+        needs_by_role = self.needs
         serves = [
             frozenset(n.idx for n in nodes if satisfies(needs_by_role[r], n.caps))
             for r in self.roles
@@ -275,8 +300,6 @@ class _Needs:
             cands.sort(key=lambda n: (-sum(n.idx in s for s in later), n.node_id))
             order.append(tuple(cands))
         self.order = tuple(order)
-        self.queue: list[_Run] = []  # this key's QUEUED runs in FIFO order (lazy deletion)
-        self.head = 0
 
 
 class _Shape:
@@ -1040,6 +1063,11 @@ class Model:
         self.n_advert += 1
         was_live = node.expires_at > now
         prev_drain = node.drain
+        changed = not _json_equal(node.caps, node.daemon_caps)  # wake 9
+        if changed:
+            node.caps = node.daemon_caps
+            for info in self.needs_by_key.values():
+                info.index(self.nodes)
         node.expires_at = now + self.advert_ttl
         node.drain = node.daemon_drain
         if node.drain:
@@ -1074,6 +1102,8 @@ class Model:
             self._wake(4)
         elif prev_drain and not node.drain:
             self._wake(6)
+        elif changed:
+            self._wake(9)
         elif not was_live:
             if self.wake_on_return:
                 self._wake(7)
@@ -1118,6 +1148,10 @@ class Model:
             self._advert(node)
         elif kind in ("drain", "undrain"):
             node.daemon_drain = ev.policy if kind == "drain" else ""
+            if node.up:
+                self._advert(node)
+        elif kind == "caps" and ev.capabilities is not None:
+            node.daemon_caps = dict(ev.capabilities)  # a dark node takes it on return
             if node.up:
                 self._advert(node)
         else:
