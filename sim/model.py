@@ -15,8 +15,9 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
   none → ALL_BUSY; more distinct nodes than `max_width` → TOO_WIDE. JSON types are kept (a
   boolean never equals a number; 1 equals 1.0; a need `true` wants a truthy capability; a list
   capability matches a member).
-- submit (§7.1): unavailable = busy ∪ draining. Assignment → RUNNING at once; ALL_BUSY → QUEUED,
-  then one WakeQueued (R17, wake 8); NO_CANDIDATE/TOO_WIDE → FAILED, verdict `rejected` (R1).
+- submit (§7.1): unavailable = busy ∪ draining. Assignment → RUNNING at once; ALL_BUSY or
+  TOO_WIDE → QUEUED, then one WakeQueued (R17, wake 8) — unless the match ignoring availability
+  is too wide as well: then, like NO_CANDIDATE, FAILED, verdict `rejected` (R1, amended).
 - WakeQueued (§7.2): FIFO by (created_at, run_id); a run that cannot go is skipped, never stops
   the sweep (R6); ALL_BUSY and NO_CANDIDATE are remembered per needs_key for the rest of the sweep,
   TOO_WIDE is not and leaves the run QUEUED (R10); promoted nodes join `unavailable` (R9); the
@@ -39,9 +40,10 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
   rolled-back step included), else rebinds the lease. A node still running a CLAIMED step of an
   ended run keeps its lease until that step's result (I2) or expiry.
 - drain: `graceful` — unavailable, the current run finishes; `at-boundary` — unavailable, claims
-  refused, and once a leased node of the run has no CLAIMED step the run ends FAILED/`drained`
-  with its open steps SKIPPED. That is checked by the node's adverts (wake 4) and by every result
-  or answer transaction of the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
+  refused, and once a leased node of the run has no CLAIMED step but still a PENDING one the run
+  ends FAILED/`drained` with its open steps SKIPPED (a node it no longer needs is released).
+  That is checked by the node's adverts (wake 4) and by every result or answer transaction of
+  the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
 
 The fleet as the daemons behave (the contract the real-Mediator engine must follow too):
 
@@ -206,6 +208,14 @@ def satisfies(needs: Mapping[str, Any], caps: Mapping[str, Any]) -> bool:
         elif not _same(want, have):
             return False
     return True
+
+
+def _still_needed(node: _Node, steps: list[_Step]) -> bool:
+    """At-boundary drain (amended): the run ends only if it still needs the node — no step of
+    it CLAIMED there, and some step of it there still PENDING. A node the run no longer needs is
+    released by applyRelease, so commit order never decides the outcome."""
+    states = [s.state for s in steps if s.node is node]
+    return CLAIMED not in states and PENDING in states
 
 
 def _json_equal(a: Any, b: Any) -> bool:
@@ -659,6 +669,21 @@ class Model:
             return TOO_WIDE, None
         return OK, chosen
 
+    def _too_wide_free(self, info: _Needs) -> bool:
+        """Whether the match that ignores availability (every live node free) is too wide."""
+        if len(info.order) == 1:
+            return False
+        now = self.now
+        used: list[_Node] = []
+        for i, cands in enumerate(info.order):
+            serves = info.serves[i]
+            if not any(u.idx in serves for u in used):
+                pick = next((n for n in cands if n.expires_at > now), None)
+                if pick is None:
+                    return False  # NO_CANDIDATE: not this question
+                used.append(pick)
+        return len(used) > self.max_width
+
     def _any_free_live(self) -> bool:
         now = self.now
         for n in self.free:  # noqa: SIM110 — a loop beats any(<generator>) on this hot path
@@ -700,7 +725,8 @@ class Model:
         if code == OK:
             assert chosen is not None
             self._start(run, chosen, "created", 0)
-        elif code == ALL_BUSY:
+        elif code in (ALL_BUSY, TOO_WIDE) and not self._too_wide_free(info):
+            # R1/R10 amended: refused only if too wide with every node free as well.
             run.state = QUEUED
             info.queue.append(run)
             self.qkeys.add(info)
@@ -709,6 +735,7 @@ class Model:
             self._log("queued", arrival.run_id)
             self._wake(8)  # R17: the missed-wake guard
         else:
+            code = NO_CANDIDATE if code == NO_CANDIDATE else TOO_WIDE
             run.state, run.verdict, run.reject, run.ended = FAILED, "rejected", code, self.now
             self._log("rejected", arrival.run_id, "", code)
 
@@ -972,7 +999,7 @@ class Model:
                 held.drain == "at-boundary"
                 and held.lease is not None
                 and held.lease.run is run
-                and not any(s.node is held and s.state == CLAIMED for s in steps)
+                and _still_needed(held, steps)
             ):
                 self._end_run(run, "drained")
                 return
@@ -1094,7 +1121,7 @@ class Model:
             elif (
                 node.drain == "at-boundary"
                 and run.state == RUNNING
-                and not any(s.node is node and s.state == CLAIMED for s in run.steps)
+                and _still_needed(node, run.steps)
             ):
                 self._end_run(run, "drained")
                 released = True
