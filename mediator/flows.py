@@ -241,15 +241,20 @@ class Mediator(LifecycleMixin):
         try:
             return self.wake_queued()
         except StoreUnavailable:
-            self.failures["wake"] += 1
+            self._count("wake")
             log.warning("wake after %s failed: the database is unreachable; "
                         "sweeping again as soon as it answers (wake 5)", why)  # fmt: skip
             self.store.watch()
             return None
         except Exception:
-            self.failures["wake"] += 1
+            self._count("wake")
             log.exception("wake after %s failed; the next event will sweep again", why)
             return None
+
+    def _count(self, what: str) -> None:
+        """One more survived failure of kind ``what`` (request threads count concurrently)."""
+        with self._records_lock:
+            self.failures[what] += 1
 
     # ---- after-commit record work (issue 11 §5–6) -----------------------------------------
     def _open_record(self, run_id: str, doc: dict[str, Any]) -> None:
@@ -258,7 +263,7 @@ class Mediator(LifecycleMixin):
         try:
             self.records.open(run_id, doc)
         except Exception:
-            self.failures["record_open"] += 1
+            self._count("record_open")
             log.exception("opening the record of run %s failed; the reaper retries", run_id)
             with self._records_lock:
                 self._unopened[run_id] = doc
@@ -272,7 +277,7 @@ class Mediator(LifecycleMixin):
         except StoreUnavailable:
             return False  # the database is gone: the next pass finds it unsealed
         except Exception:
-            self.failures["record_seal"] += 1
+            self._count("record_seal")
             log.exception("sealing the record of run %s failed; the reaper retries", run_id)
             return False
 
@@ -285,7 +290,7 @@ class Mediator(LifecycleMixin):
             try:
                 self.records.open(run_id, doc)
             except Exception:
-                self.failures["record_open"] += 1
+                self._count("record_open")
                 log.warning("opening the record of run %s failed again", run_id)
                 continue
             done.append(run_id)
@@ -618,7 +623,7 @@ class Mediator(LifecycleMixin):
                         # logged with the run id, counted, and the sweep goes on.
                         log.exception("promoting run %s failed; the sweep goes on", q.run_id)
                         report.errors += 1
-                        self.failures["sweep_run"] += 1
+                        self._count("sweep_run")
                         break
                     if ok:
                         report.promoted.append(q.run_id)
