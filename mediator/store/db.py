@@ -383,6 +383,7 @@ class Store:
         self._down_since: float | None = None
         self._state = threading.Lock()
         self._watcher: threading.Thread | None = None
+        self._probing = False
         self._closing = threading.Event()
         self.on_reconnect: list[Callable[[float], None]] = []
         try:
@@ -547,9 +548,24 @@ class Store:
 
     def _error(self, exc: psycopg.Error | PoolTimeout) -> MediatorError:
         err = _map_error(exc)
-        if isinstance(err, StoreUnavailable):
+        if isinstance(exc, PoolTimeout):
+            # No connection within the wait: a saturated pool, or an outage the pool noticed
+            # first. Only an outage starts the watcher; one probe at a time decides which.
+            with self._state:
+                if self._probing or self._down_since is not None:
+                    return err
+                self._probing = True
+            threading.Thread(target=self._probe, name="mediator-probe", daemon=True).start()
+        elif isinstance(err, StoreUnavailable):
             self._failed()
         return err
+
+    def _probe(self) -> None:
+        try:
+            if not self._closing.is_set() and not self._reachable():
+                self._failed()
+        finally:
+            self._probing = False
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
