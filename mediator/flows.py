@@ -191,7 +191,24 @@ class Mediator(LifecycleMixin):
         """Process start: seal what a crash left unsealed (§7.7), then one wake (wake 5).
         Neither failure stops startup (R16): a Mediator that cannot promote must still serve."""
         self.seal_unsealed()  # each seal isolated; never raises
+        self._open_unopened()
         return self._wake_safely("startup")
+
+    def _open_unopened(self) -> None:
+        """Startup: a record whose open failed after its commit in an earlier process (issue 11
+        §5) is opened now; a run that ended meanwhile was completed by its seal."""
+        try:
+            with self.store.autocommit() as tx:
+                missing = [
+                    r for r in tx.active_runs()
+                    if not (self.records.dir(r) / "contract.json").exists()
+                ]  # fmt: skip
+                docs = {r: tx.live_contract(r) or {} for r in missing}
+        except Exception:
+            log.exception("checking for unopened records at startup failed")
+            return
+        for run_id, doc in docs.items():
+            self._open_record(run_id, doc)
 
     def _on_reconnect(self, outage_s: float) -> None:
         """The database answers again after ``outage_s`` seconds out of reach (called by the

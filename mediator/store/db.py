@@ -202,6 +202,9 @@ class Tx:
     def ping(self) -> bool:
         return bool(self._one("ping")["ok"])
 
+    def active_runs(self) -> list[str]:
+        return [r["run_id"] for r in self._rows("active_runs")]
+
     def unsealed_count(self) -> int:
         return int(self._one("unsealed_count")["n"])
 

@@ -442,3 +442,7 @@ UPDATE leases
 SET not_after = least(not_after + make_interval(secs => %(secs)s),
                       mediator_now() + make_interval(secs => %(lease_ttl)s))
 WHERE not_after > mediator_now() - make_interval(secs => %(secs)s)
+
+-- active_runs --
+-- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).
+SELECT run_id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY run_id

@@ -63,3 +63,26 @@ def test_records_folder_refusing_writes_never_turns_a_committed_answer_into_a_50
         assert (health["unsealed"], health["unopened"]) == (0, 0)
         for run_id in ("running", "queued", "failed"):
             assert med.records.verify(run_id).ok
+
+
+def test_a_record_left_unopened_by_an_earlier_process_is_opened_at_startup(dsn, clock, tmp_path):
+    """issue 11 §5 'retried later (startup, …)': the process that committed a QUEUED run could
+    not write its contract.json and then stopped; the next process opens it at startup."""
+    from mediator import Mediator
+    from tests.db.conftest import advert
+
+    root = tmp_path / "records"
+    first = Mediator.connect(dsn, clock=clock, records_root=str(root))
+    advert(first, "X")
+    first.submit(contract("a"))
+    (root / "q").write_text("in the way")  # q's record cannot be opened
+    assert first.submit(contract("q")).status == 202
+    assert first.record_backlog()["unopened"] == 1
+    first.close()
+    (root / "q").unlink()
+    second = Mediator.connect(dsn, clock=clock, records_root=str(root))
+    try:
+        assert second.records.manifest("q")["files"] == ["contract.json"]
+        assert second.record_backlog() == {"unsealed": 0, "unopened": 0}
+    finally:
+        second.close()
