@@ -72,7 +72,9 @@ def test_a_database_outage_longer_than_the_advert_ttl_does_not_count_against_the
 
     data = tempfile.mkdtemp(prefix="mediator-outage-")
     pg = EmbeddedPostgres(data_dir=data)
-    ttl = {"MEDIATOR_ADVERT_TTL_SECONDS": "3", "MEDIATOR_LEASE_TTL_SECONDS": "4",
+    # TTLs short enough that the outage outlasts them, long enough that a loaded machine still
+    # makes its checks after the reconnect well within the time the nodes were given back.
+    ttl = {"MEDIATOR_ADVERT_TTL_SECONDS": "8", "MEDIATOR_LEASE_TTL_SECONDS": "9",
            "MEDIATOR_RENEW_SECONDS": "1"}  # fmt: skip
     server = start_server(pg.dsn(), tmp_path / "m", env=ttl)
     try:
@@ -87,8 +89,8 @@ def test_a_database_outage_longer_than_the_advert_ttl_does_not_count_against_the
             pg._pg.terminate(signal.SIGQUIT)  # immediate shutdown, as pg_ctl stop -m immediate
             down_at = time.monotonic()
             health_s = []
-            # Down for longer than every TTL (advert 3 s, lease 4 s): poll /healthz meanwhile.
-            while time.monotonic() - down_at < 6.0:
+            # Down for longer than every TTL (advert 8 s, lease 9 s): poll /healthz meanwhile.
+            while time.monotonic() - down_at < 12.0:
                 t = time.monotonic()
                 r = http.get("/healthz")
                 health_s.append(time.monotonic() - t)
@@ -98,14 +100,14 @@ def test_a_database_outage_longer_than_the_advert_ttl_does_not_count_against_the
             wait_for(lambda: http.get("/healthz").status_code == 200, every=0.02)
             resumed_s = time.monotonic() - up_at
 
-            after = {"run_id": "after", "roles": {"dut": {"board": "x"}},
-                     "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
-            sub = http.post("/v1/runs", json=after)
-            assert (sub.status_code, sub.json()["assigned"]) == (201, {"dut": "X"}), sub.text
             fleet = http.get("/v1/nodes").json()
             assert sorted(n["node_id"] for n in fleet["nodes"]) == ["X", "Y"]  # both still live
             [y] = [n for n in fleet["nodes"] if n["node_id"] == "Y"]
             assert y["lease"]["run_id"] == "held"
+            after = {"run_id": "after", "roles": {"dut": {"board": "x"}},
+                     "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+            sub = http.post("/v1/runs", json=after)
+            assert (sub.status_code, sub.json()["assigned"]) == (201, {"dut": "X"}), sub.text
             assert http.get("/v1/runs/held").json()["state"] == "RUNNING"  # not reaped
             print(f"\n/healthz while down: {len(health_s)} answers, max {max(health_s):.3f} s, "
                   f"median {sorted(health_s)[len(health_s) // 2]:.3f} s; "
