@@ -36,11 +36,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import html
 import io
 import math
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import uuid
@@ -156,13 +158,13 @@ def _task_template(database_url: str | None) -> Iterator[str | None]:
     if database_url is None:
         yield None
         return
-    from mediator import Mediator
     from mediator.pg import create_database, drop_database
+    from mediator.store.db import load_schema
 
     name = f"simtpl_{uuid.uuid4().hex}"
     create_database(database_url, name)
     try:
-        Mediator.connect(database_url.rsplit("/", 1)[0] + "/" + name).close()  # loads the schema
+        load_schema(database_url.rsplit("/", 1)[0] + "/" + name)
         yield name
     finally:
         drop_database(database_url, name)
@@ -439,8 +441,12 @@ def _intervals(
     how = f"replications, {len(samples)}" if distinct else f"batches of one run, {len(samples)}"
     out["mean"] = sectioning(samples, lambda a: float(a.mean()), method=how)
     for q in quantiles:
-        out[_pct(q)] = sectioning(samples, lambda a, q=q: float(np.quantile(a, q)), method=how)
+        out[_pct(q)] = sectioning(samples, functools.partial(_quantile_of, q=q), method=how)
     return out
+
+
+def _quantile_of(a: npt.NDArray[np.float64], q: float) -> float:
+    return float(np.quantile(a, q))
 
 
 def _erlang(scenario: Scenario, quantiles: Iterable[float]) -> dict[str, float]:
@@ -553,7 +559,7 @@ def _main_is_guarded() -> bool:
             text = f.read()
     except OSError:
         return False
-    return "__name__" in text and "__main__" in text
+    return re.search(r"""^\s*if\s+__name__\s*==\s*['"]__main__['"]\s*:""", text, re.M) is not None
 
 
 def _default_executor(tasks: int) -> Executor | None:
@@ -581,8 +587,11 @@ def _map(
 ) -> list[Replication]:
     """Run tasks (in order of the list) with a progress bar over their completions."""
     bar: Any = None
+    # Submit first: a fork pool starts its workers on the first submit, before tqdm's monitor
+    # thread exists (forking a process with threads is unsafe).
+    futures = [pool.submit(simulate_one, t) for t in tasks] if pool is not None else []
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
 
         bar = tqdm(total=len(tasks), desc=desc, unit="sim")
     try:
@@ -593,7 +602,6 @@ def _map(
                 if bar is not None:
                     bar.update(1)
             return out
-        futures = [pool.submit(simulate_one, t) for t in tasks]
         if bar is not None:
             from concurrent.futures import as_completed
 
@@ -704,6 +712,12 @@ def plan(
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} not in {ENGINES}")
     q, wait_s = _check_target(target)
+    if per_class:
+        from sim.classplan import plan_classes
+
+        if not isinstance(workload, Scenario):
+            raise ValueError("per_class needs a Scenario (its node groups are the classes)")
+        return plan_classes(workload, target, fleet_sizes, replications or 5)  # type: ignore[return-value]
     sizes = sorted(set(int(s) for s in fleet_sizes))
     if replications is None:
         first = sized(workload, sizes[0], group) if sizes else None
@@ -721,7 +735,7 @@ def plan(
     if scheduler is not None:
         from distributed import Client
 
-        client = Client(scheduler)
+        client = Client(scheduler)  # type: ignore[no-untyped-call, unused-ignore]
         executor = client.get_executor()
     own_pool = executor is None
     pool = executor if executor is not None else _default_executor(len(sizes) * replications)

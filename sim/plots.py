@@ -70,7 +70,9 @@ def waits(result: Any, ax: Any = None) -> Any:
     if ecdf_ax is not None:
         if w.size:
             xs = np.sort(w)
-            ecdf_ax.step(xs / unit, np.arange(1, xs.size + 1) / xs.size, where="post", label="simulated")
+            ecdf_ax.step(
+                xs / unit, np.arange(1, xs.size + 1) / xs.size, where="post", label="simulated"
+            )
         if params is not None:
             lam, mu, c = params
             t = np.linspace(0, max(float(w.max()) if w.size else 1.0, 1e-9), 200)
