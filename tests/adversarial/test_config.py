@@ -10,7 +10,6 @@ import sys
 import pytest
 
 NUMERIC = ["lease_ttl_seconds", "renew_seconds", "advert_ttl_seconds"]
-NONSENSE = ["nan", "inf", "-inf", "1e-9", "-1", "0", "1e12"]
 
 
 def serve(
@@ -24,15 +23,19 @@ def serve(
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("value", NONSENSE)
-@pytest.mark.parametrize("setting", NUMERIC)
+# Every setting × value is checked in-process (tests/unit/test_config.py); here each source is
+# shown to reach that one check through the real command, a process per case.
+CASES = [(s, "nan") for s in NUMERIC] + [("lease_ttl_seconds", v) for v in ("inf", "1e-9")]
+
+
+@pytest.mark.parametrize(("setting", "value"), CASES)
 def test_nonsense_in_the_environment_exits_2_naming_the_setting(setting, value):
     r = serve(env={f"MEDIATOR_{setting.upper()}": value})
     assert r.returncode == 2 and setting in r.stderr, (r.returncode, r.stderr[-300:])
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "1e-9", "-3.0"])
+@pytest.mark.parametrize("value", ["nan"])
 def test_nonsense_in_the_file_exits_2_naming_the_setting(tmp_path, value):
     f = tmp_path / "m.toml"
     f.write_text(f"[mediator]\nlease_ttl_seconds = {value}\n")
@@ -40,7 +43,7 @@ def test_nonsense_in_the_file_exits_2_naming_the_setting(tmp_path, value):
     assert r.returncode == 2 and "lease_ttl_seconds" in r.stderr, r.stderr[-300:]
 
 
-@pytest.mark.parametrize("port", ["-1", "70000", "nan"])
+@pytest.mark.parametrize("port", ["70000"])
 def test_nonsense_flags_exit_2(port):
     r = serve("--port", port)
     assert r.returncode == 2 and "port" in r.stderr, r.stderr[-300:]
