@@ -31,8 +31,6 @@ import pytest
 from mediator.store.db import Store
 from tests.e2e.servers import Server, start_server
 
-pytestmark = [pytest.mark.e2e]
-
 CANARY = "canary-7f3a-do-not-serve"
 SECRETS = ("tok-node-1", "tok-node-2", "tok-client-1", "tok-client-2", "tok-admin", CANARY)
 TOKENS = {

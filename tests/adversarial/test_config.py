@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+pytestmark = [pytest.mark.e2e]
+
 NUMERIC = ["lease_ttl_seconds", "renew_seconds", "advert_ttl_seconds"]
 
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from urllib.parse import quote
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mediator import contract as C
 from tests.adversarial.conftest import Lab, advertise, contract, judge, unique
+
+pytestmark = [pytest.mark.e2e]
 
 SETTINGS = settings(
     max_examples=40,

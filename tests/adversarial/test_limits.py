@@ -15,6 +15,8 @@ import pytest
 from mediator import contract as C
 from tests.adversarial.conftest import Lab, advertise, contract, free_node_gets_work, unique
 
+pytestmark = [pytest.mark.e2e]
+
 
 def nested(depth: int, leaf: object = 1, key: str | None = "k") -> object:
     doc = leaf

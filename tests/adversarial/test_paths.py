@@ -22,6 +22,8 @@ from tests.adversarial.conftest import (
     unique,
 )
 
+pytestmark = [pytest.mark.e2e]
+
 # Ids that must never become a folder name. The first four passed the old pattern.
 BAD_IDS = [
     ".", "..", ".hidden", "...", "../x", "a/b", "/etc/passwd", "a\\b", "..\\..", "%2e%2e",

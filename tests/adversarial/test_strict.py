@@ -22,6 +22,8 @@ from tests.adversarial.conftest import (
     unique,
 )
 
+pytestmark = [pytest.mark.e2e]
+
 DUPLICATES = [
     ("/v1/runs", '{"roles": {"dut": {"kit": "a"}, "dut": {"kit": "b"}}, "steps": []}', "roles.dut"),
     ("/v1/runs", '{"steps": [], "steps": [], "roles": {}}', "steps"),

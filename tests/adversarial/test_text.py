@@ -22,6 +22,8 @@ from tests.adversarial.conftest import (
     unique,
 )
 
+pytestmark = [pytest.mark.e2e]
+
 JUNK = {"nul": "a\x00b", "surrogate": "a\udc00b", "high": "\ud800", "both": "\x00\udfff"}
 
 

@@ -97,3 +97,15 @@ def test_the_ranges_are_the_documented_ones():
     doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text("utf-8")
     for name, (low, high) in RANGES.items():
         assert f"`{name}`" in doc and f"{low:g}" in doc and f"{high:,g}" in doc, name
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e999", "0", "-1", "soon"])
+def test_command_line_seconds_must_be_finite_and_positive(text):
+    """Issue 11 §9 for runctl and enode flags: a usage error (exit 2), never a timeout of inf."""
+    import argparse
+
+    from mediator.argtypes import positive_float
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_float(text)
+    assert positive_float("0.5") == 0.5
