@@ -179,7 +179,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     def require_node(p: Principal) -> None:
         """Node routes need a node token: an admin may cancel and answer but never act as a
-        node (issue 11 §11, docs/security.md "Tokens")."""
+        node (issue 11 §11, docs/security.md "Threat model")."""
         if not (p.dev or p.role == "node"):
             raise Forbidden("This route needs a node's own token.", code="wrong_role")
 

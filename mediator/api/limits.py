@@ -6,7 +6,8 @@
 * reads the body up to ``max_body`` bytes — a declared ``Content-Length`` over it, or a chunked
   body that crosses it, is a 413 at once, never buffered whole;
 * decodes an API body with :func:`decode` — strict JSON: UTF-8 only, nesting at most
-  ``MAX_BODY_DEPTH`` (checked *before* the parser recurses, so no RecursionError can happen),
+  ``MAX_BODY_DEPTH`` (a body deeper than the parser can go is caught as the RecursionError the C
+  parser raises cleanly, so none escapes; anything shallower is counted while it is built),
   numbers at most ``MAX_NUMBER_CHARS`` characters, no NaN or Infinity, no duplicate keys, no NUL
   or lone surrogate in any string except a result's ``log`` (which the flows escape) — and
   answers 400 naming the limit or the field;
@@ -27,9 +28,6 @@ from mediator.contract import MAX_BODY_DEPTH, MAX_NUMBER_CHARS, MAX_TEXT
 
 Scope = dict[str, Any]
 
-# Strings are removed before brackets are counted, so a "[" inside a string is not nesting.
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKETS = re.compile(r"[\[\]{}]")
 # Fields stored with escaping rather than refused (docs/security.md, "Text").
 _ESCAPED = {"log"}
 _RESULT_ROUTE = re.compile(r"/v1/runs/[^/]+/steps/[^/]+/result")
@@ -58,12 +56,6 @@ def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest("The body is not UTF-8 text.") from None
-    depth = _max_depth(text)
-    if depth > MAX_BODY_DEPTH:
-        raise BadRequest(
-            f"The body is nested too deep: at most {MAX_BODY_DEPTH} levels are allowed.",
-            code="too_deep",
-        )
     try:
         tree = json.loads(
             text,
@@ -74,11 +66,10 @@ def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
         )
     except BadRequest:
         raise
-    except RecursionError:  # unreachable after _max_depth; never a 500 all the same
-        raise BadRequest(
-            f"The body is nested too deep: at most {MAX_BODY_DEPTH} levels are allowed.",
-            code="too_deep",
-        ) from None
+    except RecursionError:
+        # The C parser counts its nesting against the interpreter's recursion limit and raises
+        # cleanly; anything that deep is far past MAX_BODY_DEPTH, which _build enforces below.
+        raise _too_deep() from None
     except json.JSONDecodeError as exc:
         raise BadRequest(
             f"The body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})."
@@ -86,21 +77,6 @@ def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
     except ValueError:
         raise BadRequest("The body is not valid JSON.") from None
     return _build(tree, "", escaped)
-
-
-def _max_depth(text: str) -> int:
-    """The deepest nesting of ``text``, stopping early once past the limit."""
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(_STRING.sub("", text)):
-        if m.group() in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > MAX_BODY_DEPTH:
-                    return deepest
-        else:
-            depth -= 1
-    return deepest
 
 
 def _int(text: str) -> int:
@@ -127,53 +103,86 @@ def _constant(name: str) -> Any:
     raise BadRequest(f"{name} is not a JSON number; send a finite number.")
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _child(path: str, key: str) -> str:
-    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+    if _PLAIN_KEY.fullmatch(key):
         return f"{path}.{key}" if path else key
     return f"{path}[{json.dumps(key)}]"
 
 
-def _check_text(text: str, field: str) -> None:
+def _bad_text(text: str) -> bool:
+    """NUL, or a lone surrogate (which cannot be encoded as UTF-8)."""
     if "\x00" in text:
-        raise BadRequest(
-            f"{field or 'The body'} contains a NUL character, which cannot be stored.",
-            field=field or None,
-            code="invalid_text",
-        )
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest(
-                f"{field or 'The body'} contains an unpaired surrogate, which is not valid "
-                "Unicode; send UTF-8 text.",
-                field=field or None,
-                code="invalid_text",
-            ) from None
+        return True
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
-def _build(node: Any, path: str, escaped: frozenset[str] | set[str]) -> Any:
-    """Plain dicts from ``_Pairs``, refusing duplicate keys and junk text (depth is bounded)."""
+def _refuse_text(text: str, field: str) -> BadRequest:
+    what = "a NUL character" if "\x00" in text else "an unpaired surrogate, which is not Unicode"
+    return BadRequest(
+        f"{field or 'The body'} contains {what}; it cannot be stored.",
+        field=field or None,
+        code="invalid_text",
+    )
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(
+        f"The body is nested too deep: at most {MAX_BODY_DEPTH} levels are allowed.",
+        code="too_deep",
+    )
+
+
+def _build(node: Any, path: str, escaped: frozenset[str] | set[str], depth: int = 1) -> Any:
+    """Plain dicts from ``_Pairs``, refusing duplicate keys, junk text and nesting past the
+    limit. Field paths are only spelt out for containers and errors: this walks every value of
+    a 1 MiB body."""
     if isinstance(node, _Pairs):
+        if depth > MAX_BODY_DEPTH:
+            raise _too_deep()
         out: dict[str, Any] = {}
         for key, value in node:
-            _check_text(key, path)  # a key that cannot be stored: the object holding it is named
-            field = _child(path, key)
+            if _bad_text(key):  # the object holding an unstorable key is named
+                raise _refuse_text(key, path)
             if key in out:
                 raise BadRequest(
-                    f"{field} appears twice in one object; give each key once.",
-                    field=field,
+                    f"{_child(path, key)} appears twice in one object; give each key once.",
+                    field=_child(path, key),
                     code="duplicate_key",
                 )
-            if path == "" and key in escaped and isinstance(value, str):
-                out[key] = value  # stored escaped by the flows (docs/security.md, "Text")
+            if isinstance(value, str):
+                if _bad_text(value) and not (path == "" and key in escaped):
+                    raise _refuse_text(value, _child(path, key))
+                out[key] = value  # an escaped field is stored escaped by the flows
+            elif isinstance(value, list | _Pairs):
+                out[key] = _build(value, _child(path, key), escaped, depth + 1)
             else:
-                out[key] = _build(value, field, escaped)
+                out[key] = value
         return out
     if isinstance(node, list):
-        return [_build(item, f"{path}[{i}]", escaped) for i, item in enumerate(node)]
-    if isinstance(node, str):
-        _check_text(node, path)
+        if depth > MAX_BODY_DEPTH:
+            raise _too_deep()
+        items = []
+        for i, item in enumerate(node):
+            if isinstance(item, str):
+                if _bad_text(item):
+                    raise _refuse_text(item, f"{path}[{i}]")
+                items.append(item)
+            elif isinstance(item, list | _Pairs):
+                items.append(_build(item, f"{path}[{i}]", escaped, depth + 1))
+            else:
+                items.append(item)
+        return items
+    if isinstance(node, str) and _bad_text(node):
+        raise _refuse_text(node, path)
     return node
 
 
