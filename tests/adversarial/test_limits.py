@@ -13,7 +13,14 @@ import json
 import pytest
 
 from mediator import contract as C
-from tests.adversarial.conftest import Lab, advertise, contract, free_node_gets_work, unique
+from tests.adversarial.conftest import (
+    Lab,
+    advertise,
+    contract,
+    free_node_gets_work,
+    judge,
+    unique,
+)
 
 pytestmark = [pytest.mark.e2e]
 
@@ -164,3 +171,17 @@ def test_the_limits_are_the_documented_ones():
     for name, value in C.LIMITS.items():
         assert f"`{name}`" in doc and f"{value:,}" in doc, name
     assert json.dumps(C.LIMITS)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "since=0001-01-01T00:00:00-23:59", "since=0001-01-01T00:00:00%2B23:59",
+        "since=9999-12-31T23:59:59-23:59", "since=-infinity", "since=infinity", "since=1e308",
+        "since=99999999999999999999", "limit=1e3", "limit=%20", "state=running", "state=",
+        "work_id=" + "w" * 20_000, "x=" + "%00" * 3, "state=QUEUED&state=RUNNING",
+    ],
+)  # fmt: skip
+def test_odd_query_values_are_answered_without_a_5xx(lab: Lab, query: str):
+    r = lab.http.send("GET", f"/v1/runs?{query}")
+    judge("limits", r, refused=r.status >= 400)
