@@ -151,14 +151,17 @@ def make_read_only(root: Path, *parts: str) -> None:
             os.close(fd)
 
 
-def files_under(folder: Path) -> list[str]:
-    """Relative names of the regular files under ``folder``: no symlinks followed or listed, no
-    hidden names (staging folders) — what a record route may show."""
+def files_under(folder: Path, *, links: bool = False) -> list[str]:
+    """Relative names of the regular files under ``folder``, hidden names (staging folders)
+    left out and no symlink followed — what a record route may show. With ``links``, symlinks
+    are listed too (by their own name), so ``records verify`` reports a planted one."""
     found = []
     for here, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = [d for d in dirs if safe_part(d) and not os.path.islink(os.path.join(here, d))]
-        for name in files:
+        linked = [d for d in dirs if os.path.islink(os.path.join(here, d))]
+        dirs[:] = [d for d in dirs if safe_part(d) and d not in linked]
+        for name in [*files, *linked]:
             full = os.path.join(here, name)
-            if safe_part(name) and stat.S_ISREG(os.lstat(full).st_mode):
+            mode = os.lstat(full).st_mode
+            if safe_part(name) and (stat.S_ISREG(mode) or (links and stat.S_ISLNK(mode))):
                 found.append(os.path.relpath(full, folder))
     return sorted(found)

@@ -161,7 +161,7 @@ class Records:
         if raw is None:
             return Verification(run_id, False, (), (), ())
         sealed: dict[str, str] = json.loads(raw.decode("utf-8"))["sha256"]
-        present = set(paths.files_under(d)) - {SEAL}
+        present = set(paths.files_under(d, links=True)) - {SEAL}
 
         def digest(n: str) -> str | None:
             data = paths.read_bytes(self.root, run_id, *_parts(n))

@@ -63,3 +63,20 @@ def test_many_threads_sealing_at_once_all_finish_and_each_run_is_sealed_once(tmp
     # No staging folder is left behind.
     leftovers = [p for p in (tmp_path / "records").rglob(".staging*")]
     assert leftovers == []
+
+
+def test_verify_reports_a_planted_symlink_and_never_follows_it(tmp_path):
+    """docs/security.md "Paths": a link in a sealed record is tampering, not a file to hash."""
+    records = Records(tmp_path / "records")
+    assert _seal(records, "r1")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not part of any record\n")
+    folder = tmp_path / "records" / "r1"
+    (folder / "extra.log").symlink_to(secret)
+    log = folder / "steps" / "0000-build.log"
+    log.unlink()
+    log.symlink_to(secret)
+    check = records.verify("r1")
+    assert (check.changed, check.extra) == (("steps/0000-build.log",), ("extra.log",))
+    assert records.read_file("r1", "steps/0000-build.log") is None
+    assert records.verify("..").sealed is False
