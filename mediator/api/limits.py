@@ -226,7 +226,7 @@ class BodyLimit:
                 break
         raw = b"".join(chunks)
         path = scope.get("path", "")
-        if raw and path.startswith("/v1/"):
+        if raw and path.startswith("/v1/") and scope.get("method") == "POST":
             escaped = _ESCAPED if _RESULT_ROUTE.fullmatch(path) else set()
             try:
                 # Kept for routes that read the document itself (submit): parsed once.
