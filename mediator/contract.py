@@ -102,7 +102,7 @@ class Contract:
         work_id: Groups runs (e.g. a ticket hash); ``""`` when absent.
         roles: ``{role: needs}``; ``{}`` for a contract made only of ask steps.
         steps: In contract order, ``steps[i].seq == i``.
-        doc: The document as submitted, to be stored as-is (unknown top-level keys included).
+        doc: The document as submitted, to be stored as-is.
     """
 
     run_id: str | None
