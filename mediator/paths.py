@@ -128,6 +128,22 @@ def write_exclusive(root: Path, *parts: str, data: bytes, mode: int = 0o644) -> 
     return True
 
 
+def move_in(source: Path, root: Path, *parts: str) -> bool:
+    """Rename ``source`` to ``root/parts…`` unless something is there already; True if moved.
+
+    The destination folder is reached by the no-symlink walk and the rename is made relative to
+    its descriptor, so a folder swapped for a link in between cannot redirect it.
+    """
+    with _walk(root, parts[:-1]) as dir_fd:
+        name = check_part(parts[-1], "path")
+        try:
+            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.replace(source, name, dst_dir_fd=dir_fd)
+            return True
+    return False
+
+
 def make_dir(root: Path, *parts: str) -> Path:
     """``mkdir -p`` under ``root`` that refuses to pass through or end on a symlink."""
     path = confined(root, *parts)

@@ -110,8 +110,7 @@ class Records:
             if os.path.lexists(d / SEAL):
                 return False
             for name in files:
-                if not os.path.lexists(d / name):
-                    os.replace(staging / name, d / name)
+                paths.move_in(staging / name, self.root, run_id, *_parts(name))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         names = ["contract.json", *files]
