@@ -9,7 +9,8 @@ records root's parent, and the record routes served the tokens file beside it. T
 * the joined path is resolved and must stay inside its root;
 * files are opened by walking from the root one part at a time with ``O_NOFOLLOW`` (and
   ``O_DIRECTORY`` for folders), so a symlink anywhere on the way — planted before or swapped in
-  between a check and the open — is refused, not followed.
+  between a check and the open — is refused, not followed; reads also use ``O_NONBLOCK`` and
+  serve regular files only, so a planted FIFO or device cannot hang a thread.
 
 Pure standard library; ``records`` is the user (``mediator/tickets`` confines its own paths).
 """
@@ -91,7 +92,9 @@ def read_bytes(root: Path, *parts: str) -> bytes | None:
         return None
     try:
         with _walk(root, parts[:-1]) as dir_fd:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO planted in a record must not hang the reading thread.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+            fd = os.open(parts[-1], flags, dir_fd=dir_fd)
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     return None
@@ -160,7 +163,7 @@ def make_dir(root: Path, *parts: str) -> Path:
 def make_read_only(root: Path, *parts: str) -> None:
     """``chmod 0444`` without following a symlink (Linux has no ``lchmod``: open, then fchmod)."""
     with _walk(root, parts[:-1]) as dir_fd:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
         try:
             os.fchmod(fd, 0o444)
         finally:
