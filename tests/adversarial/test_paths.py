@@ -107,12 +107,14 @@ def test_record_files_are_opened_without_following_symlinks(lab: Lab):
     (folder / "leak.txt").symlink_to(lab.home / "canary.txt")
     (folder / "steps").mkdir(exist_ok=True)
     (folder / "steps" / "up").symlink_to(lab.home)
+    os.mkfifo(folder / "pipe.log")  # a FIFO must not hang the reading thread either
     try:
-        for name in ("leak.txt", "steps/up/canary.txt", "steps/up/tokens.toml"):
+        for name in ("leak.txt", "steps/up/canary.txt", "steps/up/tokens.toml", "pipe.log"):
             r = lab.http.attack("paths", "GET", f"/v1/runs/{run}/record/{name}")
             assert r.status == 404 and CANARY.encode() not in r.body
         manifest = ok(lab.http.send("GET", f"/v1/runs/{run}/record")).json()
-        assert "leak.txt" not in manifest["files"]
+        assert "leak.txt" not in manifest["files"] and "pipe.log" not in manifest["files"]
     finally:
         os.unlink(folder / "leak.txt")
         os.unlink(folder / "steps" / "up")
+        os.unlink(folder / "pipe.log")
