@@ -7,14 +7,23 @@ machine — a baseline measured in the same run (heap pushes+pops per second, th
 innermost operation) with each figure's ratio to it. Best of `--repeat` runs, so a busy
 neighbour on a shared machine does not decide the figure.
 
-    .venv/bin/python bench/bench_model.py [--runs 100000] [--repeat 3]
+    .venv/bin/python bench/bench_model.py [--runs 100000] [--repeat 3] [--compare main]
+
+`--compare REF` first runs the same figures on the `sim` package of git revision REF (exported
+to a temporary folder, in a child process), then on this tree: before and after in one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import io
 import itertools
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -55,7 +64,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--compare", metavar="REF", help="also measure git revision REF first")
     args = parser.parse_args()
+    if args.compare:
+        compare(args.compare, args.runs, args.repeat)
+        print(f"--- this tree ({os.getcwd()})")
 
     scenario = steady(runs=args.runs)  # M/M/3, λ=0.2/s, μ=0.1/s
     plan = materialize(scenario)
@@ -80,11 +93,30 @@ def main() -> None:
         ("materialize runs/s (steady plan)", n / t_plan, ""),
         ("materialize + model runs/s (steady)", n / t_both, ""),
     ]
+    print(f"model: {run_model.__module__} from {sys.modules[run_model.__module__].__file__}")
     print(f"baseline heap push+pop pairs/s: {base:,.0f}")
     for label, value, note in figures:
         ok = "" if not note else ("  OK" if value >= TARGET else "  BELOW TARGET")
         tail = f"  ({note}){ok}" if note else ""
         print(f"{label}: {value:,.0f}  ratio to baseline {value / base:.3f}{tail}")
+
+
+def compare(ref: str, runs: int, repeat: int) -> None:
+    """Run this script's figures on revision `ref`'s `sim` package, in a child process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", ref, "sim"], check=True, capture_output=True
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        env = {**os.environ, "PYTHONPATH": tmp}
+        print(f"--- revision {ref}")
+        sys.stdout.flush()
+        subprocess.run(
+            [sys.executable, "-P", __file__, "--runs", str(runs), "--repeat", str(repeat)],
+            check=True,
+            env=env,
+        )
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ from sim.analysis import (
     mmc_wait_quantile,
     mmc_wq,
     quantile_ci,
-    replicate,
 )
-from sim.model import EventQueue, ModelResult, promotions_diff, run_model, to_us
+from sim.model import EventQueue, ModelResult, promotions_diff, replicate, run_model, to_us
 from sim.plan import CapacityPlan, plan  # the function shadows its module sim/plan.py, on purpose
 from sim.scenarios import SCENARIOS, Scenario
 from sim.traces import fifo_waits, read_csv_trace, read_swf

@@ -4,23 +4,21 @@ sim.md §7: a simulator is only trusted once it reproduces theory where theory a
 for M/M/c — with independent replications, a warm-up cut and confidence intervals, "not one lucky
 seed"; and Little's law (L = λW) is checked on every run. This module holds those tools. It knows
 nothing of how a result was produced: the reference model and the real-Mediator engine feed it the
-same `runs` / `queue` tables.
+same `runs` / `queue` tables, and it imports no part of the simulator (the replications that run
+the model, `replicate`, live beside `run_model` in `sim.model`), so the model can use it freely.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 from scipy import stats  # type: ignore[import-untyped, unused-ignore]
-
-T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------
 # M/M/c (Erlang C), exactly as sim.md §7 states it
@@ -382,36 +380,6 @@ def wait_statistics(waits: npt.ArrayLike) -> dict[str, Any]:
 def replication_seeds(seed: int, n: int) -> list[int]:
     """`n` independent seeds derived from `seed` (SeedSequence), the same for the same inputs."""
     return [int(s) for s in np.random.SeedSequence(seed).generate_state(n)]
-
-
-def replicate(
-    scenario: Any,
-    n: int,
-    fn: Callable[[Any], T] | None = None,
-    executor: Executor | None = None,
-) -> list[T]:
-    """Run `fn` on `n` copies of a scenario that differ only in their seed.
-
-    Args:
-        scenario: a `sim.scenarios.Scenario`.
-        n: number of replications.
-        fn: what to run on each copy; default `sim.model.run_model`. Must be picklable for a
-            process pool.
-        executor: any `concurrent.futures.Executor` (a process pool, a Dask client's executor);
-            None runs them here, one after the other.
-
-    Returns:
-        One result per replication, in seed order.
-    """
-    if fn is None:
-        from sim.model import run_model
-
-        fn = run_model  # type: ignore[assignment]
-    assert fn is not None
-    copies = [replace(scenario, seed=s) for s in replication_seeds(scenario.seed, n)]
-    if executor is None:
-        return [fn(c) for c in copies]
-    return list(executor.map(fn, copies))
 
 
 def warmup_cut(

@@ -6,9 +6,9 @@ clock, so every ``mediator_now()`` in SQL reads virtual time. Measurements are r
 database afterwards, read-only (``Mediator.query``).
 
 Why not SimPy's scheduler: the differential test (sim.md §6) needs this engine and the reference
-model to order simultaneous events identically — by (time, class, key), documented in
-``sim.model`` — while SimPy orders equal-time events by insertion. So both engines share the small
-``EventQueue`` heap of ``sim.model`` (style.md: SimPy's own core is such a heap), and the node
+model to order simultaneous events identically — by (time, class, key), defined once in
+``sim.core`` — while SimPy orders equal-time events by insertion. So both engines share the small
+``EventQueue`` heap of ``sim.core`` (style.md: SimPy's own core is such a heap), and the node
 daemons here behave exactly as the model's contract says (adverts at t0 + k·interval, one step at a
 time, the lowest-positioned claimable step, vanish/return/restart/drain as described there).
 
@@ -31,12 +31,24 @@ from typing import Any
 
 from mediator import Config, Conflict, Mediator
 from mediator.match import Advert, Assignment, match
-from sim.model import ADVERT, ARRIVAL, CLAIM, FLEET, MARK, REAPER, RESULT, EventQueue, to_us
+from sim import fleet
+from sim.core import (
+    ADVERT,
+    ARRIVAL,
+    CLAIM,
+    FLEET,
+    MARK,
+    REAPER,
+    RESULT,
+    EventQueue,
+    step_key,
+    to_us,
+)
+from sim.fleet import Daemon
 from sim.scenarios import Scenario
 from sim.workload import Plan, materialize
 
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
-_STEP_KEY = 4096
 
 
 class VirtualClock:
@@ -49,23 +61,15 @@ class VirtualClock:
         return EPOCH + timedelta(microseconds=self.now_us)
 
 
-@dataclass(eq=False)
-class _Node:
-    node_id: str
-    label: str
-    capabilities: dict[str, Any]
-    up: bool = True
-    starts: int = 0
-    drain: str = ""  # the policy the daemon advertises
-    busy: tuple[str, int] | None = None  # (run_id, seq) of the step in flight
-    run_epoch: int = 0  # bumped when the daemon dies: its step in flight never reports
-    advert_epoch: int = 0  # bumped when a heartbeat schedule is replaced
-    expires_us: int = -1
-    claim_pending: bool = False
+class _Node(Daemon):
+    """A node's daemon (`sim.fleet.Daemon`) with what this engine needs to drive it."""
 
-    @property
-    def instance(self) -> str:
-        return f"{self.node_id}#{self.starts}"
+    __slots__ = ("expires_us", "label")
+
+    def __init__(self, node_id: str, label: str, caps: dict[str, Any]) -> None:
+        super().__init__(node_id, caps)
+        self.label = label
+        self.expires_us = -1  # when its last advert expires (the TTL the Mediator returned)
 
 
 @dataclass
@@ -211,7 +215,7 @@ class Engine:
             self._schedule_answers(run_id)
 
     def _try_claim(self, node: _Node, now: bool = False) -> None:
-        if node.busy is not None or not node.up or node.drain == "at-boundary":
+        if node.busy is not None or not node.up or node.daemon_drain == "at-boundary":
             return
         if self.latency and not now:
             if not node.claim_pending:
@@ -229,7 +233,7 @@ class Engine:
         node.busy = (claimed.run_id, claimed.seq)
         arrival = self.plan.arrivals[self.index[claimed.run_id]]
         attempt = arrival.step_outcomes[claimed.seq][claimed.attempt - 1]
-        key = self.index[claimed.run_id] * _STEP_KEY + claimed.seq
+        key = step_key(self.index[claimed.run_id], claimed.seq)
         self._push(self.clock.now_us + to_us(attempt.duration_s), RESULT, key, self._on_result,
                    (node, claimed.run_id, claimed.seq, claimed.attempt, attempt.outcome,
                     node.run_epoch))  # fmt: skip
@@ -268,7 +272,7 @@ class Engine:
                 self.asked.add((run_id, s.seq))
                 answer = arrival.ask_answers[s.seq]
                 assert answer is not None
-                key = self.index[run_id] * _STEP_KEY + s.seq
+                key = step_key(self.index[run_id], s.seq)
                 self._push(self.clock.now_us + to_us(answer.delay_s), RESULT, key,
                            self._on_answer, (run_id, s.seq, answer.ok))  # fmt: skip
 
@@ -295,8 +299,8 @@ class Engine:
         now = self.clock.now_us
         steady = node.expires_us > now
         with self._call("advert"):
-            ttl = self.med.advert(node.node_id, node.capabilities, node.instance, label=node.label,
-                                  drain=node.drain, principal="")  # fmt: skip
+            ttl = self.med.advert(node.node_id, node.daemon_caps, node.instance, label=node.label,
+                                  drain=node.daemon_drain, principal="")  # fmt: skip
         node.expires_us = now + to_us(ttl)
         self._try_claim(node)
         return steady
@@ -307,35 +311,16 @@ class Engine:
             self._push(to_us(events[i + 1].at_s), FLEET, i + 1, self._on_fleet, i + 1)
         ev = events[i]
         node = self.by_id[ev.node_id]
-        if ev.kind == "vanish" and node.up:
-            node.up = False
-            node.run_epoch += 1
-            node.advert_epoch += 1
-            node.busy = None
-            node.claim_pending = False
+        effect = fleet.apply(node, ev)
+        if effect == fleet.VANISHED:
             self._push(node.expires_us, MARK, node.node_id, lambda _: None, None)
             self._start_reaper()
-        elif ev.kind == "return" and not node.up:
-            node.up = True
-            node.starts += 1
-            node.advert_epoch += 1
+        elif effect == fleet.RETURNED:
             self._push(self.clock.now_us + self.interval, ADVERT, node.node_id, self._on_advert,
                        (node, node.advert_epoch))  # fmt: skip
             self._advert(node)
-        elif ev.kind == "restart" and node.up:
-            node.run_epoch += 1
-            node.busy = None
-            node.claim_pending = False
-            node.starts += 1
+        elif effect == fleet.ADVERTISE:
             self._advert(node)
-        elif ev.kind in ("drain", "undrain"):
-            node.drain = ev.policy if ev.kind == "drain" else ""
-            if node.up:
-                self._advert(node)
-        elif ev.kind == "caps" and ev.capabilities is not None:
-            node.capabilities = dict(ev.capabilities)  # advertised from now on (wake 9)
-            if node.up:
-                self._advert(node)
 
     # ---- the reaper ----
     def _start_reaper(self) -> None:
@@ -366,7 +351,7 @@ class Engine:
             self.reaper_on = False
 
     def _drain_pending(self) -> bool:
-        ids = [n.node_id for n in self.nodes if n.up and n.drain == "at-boundary"]
+        ids = [n.node_id for n in self.nodes if n.up and n.daemon_drain == "at-boundary"]
         if not ids:
             return False
         rows = self.med.query(

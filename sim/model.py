@@ -49,34 +49,20 @@ The fleet as the daemons behave (the contract the real-Mediator engine must foll
 
 - every node advertises at t = 0 and then every `advert_interval_s` while it is up; an advert sets
   `expires_at = now + advert_ttl` (live while `expires_at > now`) and renews the node's lease;
-- `vanish`: the machine goes dark — no more adverts, claims or results; a step in flight is lost.
-  `return`: it boots with a fresh instance, advertises at once and every interval from then.
-  `restart` (up nodes only): the daemon restarts with a fresh instance — a step in flight is lost —
-  and advertises at once, keeping its advert schedule. `drain`/`undrain` (up nodes): the daemon
-  advertises the new policy at once, keeping its schedule; a dark node takes it on return.
-  `caps`: the same for new capabilities (the advert that changes them wakes, 9).
-  An event that does not apply (vanish of a dark node, return of an up one, restart of a dark one)
-  is ignored. Instances are `f"{node_id}#{k}"`, k = 0, 1, … per daemon start.
+- `vanish`, `return`, `restart`, `drain`/`undrain`, `caps` (wake 9): what the daemon does is
+  `sim.fleet.apply`, shared with the real-Mediator engine; an up node advertises the change at
+  once, keeping its schedule (a return starts a new one from now), a dark node takes a new
+  policy or capabilities on return, and an event that does not apply is ignored.
 - a node runs one step at a time. With claim latency 0 it claims, at the same instant, the
   lowest-positioned claimable step of its run whenever it has one and is idle; with latency L it
   claims L seconds after that (rechecking then). A result is reported `duration_s` after the claim.
 
-**Same-instant ordering.** Virtual time is an integer number of microseconds. Events are ordered
-by (time, class, key), with a sequence number only as the last resort:
-
-    class 0 RESULT   step results and ask answers     key (run_id, step position)
-    class 1 CLAIM    delayed claims (latency > 0)      key node_id
-    class 2 FLEET    the plan's fleet events           key their index in plan.fleet_events
-    class 3 ADVERT   periodic heartbeats               key node_id
-    class 4 REAPER   the reaper pass at k·renew_s      -
-    class 5 ARRIVAL  submits                           key run_id
-    class 6 MARK     model bookkeeping only (no Mediator call)
-
-so at one instant results free nodes before fleet changes, heartbeats and the reaper look, and
-arrivals see all of that. Events created at the current instant (a zero-length step) take their
-place in that order. A vanish at the instant of its node's heartbeat suppresses it. The model skips
-reaper passes that cannot find an expired lease (only a dark node's lease can expire), which no
-one can observe.
+**Same-instant ordering.** Virtual time is an integer number of microseconds; events are ordered
+by (time, class, key) as `sim.core` defines once for both engines: results, delayed claims, fleet
+events, heartbeats, the reaper, arrivals, bookkeeping. Events created at the current instant (a
+zero-length step) take their place in that order. A vanish at the instant of its node's heartbeat
+suppresses it. The model skips reaper passes that cannot find an expired lease (only a dark
+node's lease can expire), which no one can observe.
 
 **Stopping.** With `horizon_s` the simulation covers [0, horizon_s]; without it, it stops once no
 arrival, step, answer, fleet event, reaper pass or pending at-boundary drain is left.
@@ -89,85 +75,58 @@ leaves its queued runs stuck until an unrelated wake.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import heapq
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
+from sim import fleet
+from sim.analysis import replication_seeds, wait_statistics
+from sim.core import (
+    ADVERT,
+    ARRIVAL,
+    CLAIM,
+    FLEET,
+    MARK,
+    REAPER,
+    RESULT,
+    STEP_KEY,
+    US,
+    EventQueue,
+    gc_paused,
+    to_us,
+)
+from sim.fleet import Daemon
 from sim.workload import Arrival, Plan, materialize
 
-US: Final = 1_000_000  # virtual time unit: one microsecond
+__all__ = [  # sim.core's names stay importable from here, where callers have found them
+    "US",
+    "EventQueue",
+    "Model",
+    "ModelResult",
+    "gc_paused",
+    "promotions_diff",
+    "replicate",
+    "run_model",
+    "satisfies",
+    "to_us",
+]
 
-# Same-instant event classes (see the module docstring).
-RESULT, CLAIM, FLEET, ADVERT, REAPER, ARRIVAL, MARK = range(7)
+T = TypeVar("T")
 
 # Run and step states.
 QUEUED, RUNNING, PASSED, FAILED = "QUEUED", "RUNNING", "PASSED", "FAILED"
 PENDING, CLAIMED, ASKED, SKIPPED = "PENDING", "CLAIMED", "ASKED", "SKIPPED"
 
 OK, NO_CANDIDATE, ALL_BUSY, TOO_WIDE = "OK", "NO_CANDIDATE", "ALL_BUSY", "TOO_WIDE"
-
-_STEP_KEY: Final = 4096  # > 1,000 steps per contract: (run, step) packs into one int key
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building large, long-lived structures.
-
-    The model keeps every run alive until the end, so the collector would rescan a growing heap
-    again and again (it halved throughput at 10^5 runs); nothing allocated meanwhile needs it.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def to_us(seconds: float) -> int:
-    """Seconds → integer microseconds, the model's (and the engine's) clock unit."""
-    return round(seconds * US)
-
-
-# ---------------------------------------------------------------------------------------------
-# The event heap
-# ---------------------------------------------------------------------------------------------
-
-
-class EventQueue:
-    """A heap of `(time_us, class, key, seq, action, arg)`; pop order is the same-instant rule.
-
-    Small on purpose (SimPy's core is the model): the real-Mediator engine may reuse it so both
-    engines order simultaneous events identically.
-    """
-
-    __slots__ = ("_heap", "_seq")
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Any, int, Callable[[Any], None], Any]] = []
-        self._seq = itertools.count()
-
-    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], None], arg: Any) -> None:
-        """Schedule `action(arg)` at `t` µs with the given class and tie-break key."""
-        heapq.heappush(self._heap, (t, cls, key, next(self._seq), action, arg))
-
-    def pop(self) -> tuple[int, int, Any, int, Callable[[Any], None], Any]:
-        """Remove and return the next event."""
-        return heapq.heappop(self._heap)
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,41 +189,18 @@ def _json_equal(a: Any, b: Any) -> bool:
     return _same(a, b) or (a is None and b is None)
 
 
-class _Node:
-    __slots__ = (
-        "advert_epoch",
-        "busy",
-        "caps",
-        "claim_pending",
-        "daemon_caps",
-        "daemon_drain",
-        "drain",
-        "expires_at",
-        "idx",
-        "instance",
-        "lease",
-        "node_id",
-        "run_epoch",
-        "starts",
-        "up",
-    )
+class _Node(Daemon):
+    """A node: its daemon (`sim.fleet.Daemon`) and what the Mediator knows of it."""
+
+    __slots__ = ("caps", "drain", "expires_at", "idx", "lease")
 
     def __init__(self, idx: int, node_id: str, caps: dict[str, Any]) -> None:
+        super().__init__(node_id, caps)
         self.idx = idx
-        self.node_id = node_id
         self.caps = caps  # what the Mediator knows (last advert)
-        self.daemon_caps = caps  # what the daemon will advertise (a `caps` event changes it)
-        self.up = True  # the daemon is running and advertising
-        self.starts = 0
-        self.instance = f"{node_id}#0"
-        self.daemon_drain = ""  # what the daemon will advertise
         self.drain = ""  # what the Mediator knows (last advert)
         self.expires_at = -1  # never advertised: not live
         self.lease: _Lease | None = None
-        self.busy: _Step | None = None  # the step the daemon is executing
-        self.run_epoch = 0  # bumps when the daemon dies: its pending result is never sent
-        self.advert_epoch = 0  # bumps when the heartbeat schedule changes
-        self.claim_pending = False
 
 
 class _Lease:
@@ -465,10 +401,8 @@ class ModelResult:
         The wait intervals come from one run, by batch means and batch quantiles
         (`sim.analysis.wait_statistics`; each `Interval` names its method), which hold for
         correlated waits; a run too short for its load adds `warnings` (the command line
-        prints them). Replications (`sim.analysis.replicate`) are stronger still.
+        prints them). Replications (`replicate`) are stronger still.
         """
-        from sim.analysis import wait_statistics
-
         runs = self.runs[~self.runs["warmup"]]
         waits = runs["wait_s"].dropna().to_numpy(dtype=float)
         out: dict[str, Any] = {
@@ -892,7 +826,7 @@ class Model:
             (
                 self.now + round(att[0] * US),
                 RESULT,
-                run.seq * _STEP_KEY + step.idx,
+                run.seq * STEP_KEY + step.idx,
                 next(self.q._seq),
                 self._on_result,
                 (node, step, node.run_epoch, att[1]),
@@ -950,7 +884,7 @@ class Model:
                 self._push(
                     self.now + to_us(answer[0]),
                     RESULT,
-                    run.seq * _STEP_KEY + s.idx,
+                    run.seq * STEP_KEY + s.idx,
                     self._on_answer,
                     (s, answer[1]),
                 )
@@ -1134,22 +1068,13 @@ class Model:
         self._schedule_fleet()
         ev = self.plan.fleet_events[i]
         node = self.by_id[ev.node_id]
-        kind = ev.kind
-        applied = True
-        if kind == "vanish" and node.up:
-            node.up = False
-            node.run_epoch += 1
-            node.claim_pending = False
-            node.advert_epoch += 1
-            node.busy = None
+        effect = fleet.apply(node, ev)
+        if effect == fleet.VANISHED:
             if node.lease is not None:
                 self._schedule_reap(node.lease.not_after)
             # liveness ends at expires_at with no event: mark it, for stuck accounting
             self._push(node.expires_at, MARK, node.idx, _noop, None)
-        elif kind == "return" and not node.up:
-            node.up = True
-            self._new_instance(node)
-            node.advert_epoch += 1
+        elif effect == fleet.RETURNED:
             self._push(
                 self.now + self.interval,
                 ADVERT,
@@ -1158,28 +1083,10 @@ class Model:
                 (node, node.advert_epoch),
             )
             self._advert(node)
-        elif kind == "restart" and node.up:
-            node.run_epoch += 1
-            node.claim_pending = False
-            node.busy = None
-            self._new_instance(node)
+        elif effect == fleet.ADVERTISE:
             self._advert(node)
-        elif kind in ("drain", "undrain"):
-            node.daemon_drain = ev.policy if kind == "drain" else ""
-            if node.up:
-                self._advert(node)
-        elif kind == "caps" and ev.capabilities is not None:
-            node.daemon_caps = dict(ev.capabilities)  # a dark node takes it on return
-            if node.up:
-                self._advert(node)
-        else:
-            applied = False
-        self._log("fleet", "", node.node_id, kind if applied else f"{kind} ignored")
-
-    @staticmethod
-    def _new_instance(node: _Node) -> None:
-        node.starts += 1
-        node.instance = f"{node.node_id}#{node.starts}"
+        kind = ev.kind
+        self._log("fleet", "", node.node_id, kind if effect != fleet.IGNORED else f"{kind} ignored")
 
     # -- stuck ----------------------------------------------------------------------------------
 
@@ -1340,6 +1247,34 @@ def run_model(
     """
     plan = plan_or_scenario if isinstance(plan_or_scenario, Plan) else materialize(plan_or_scenario)
     return Model(plan, record_events=record_events, exhaustive_stuck=exhaustive_stuck).run()
+
+
+def replicate(
+    scenario: Any,
+    n: int,
+    fn: Callable[[Any], T] | None = None,
+    executor: Executor | None = None,
+) -> list[T]:
+    """Run `fn` on `n` copies of a scenario that differ only in their seed.
+
+    It lives here, not in `sim.analysis`, so that the statistics import no part of the
+    simulator and the model can import them (issue 14 §1: no import cycle).
+
+    Args:
+        scenario: a `sim.scenarios.Scenario`.
+        n: number of replications.
+        fn: what to run on each copy; default `run_model`. Must be picklable for a process pool.
+        executor: any `concurrent.futures.Executor` (a process pool, a Dask client's executor);
+            None runs them here, one after the other.
+
+    Returns:
+        One result per replication, in seed order (`sim.analysis.replication_seeds`).
+    """
+    run = fn if fn is not None else run_model
+    copies = [replace(scenario, seed=s) for s in replication_seeds(scenario.seed, n)]
+    if executor is None:
+        return [run(c) for c in copies]  # type: ignore[misc]
+    return list(executor.map(run, copies))  # type: ignore[arg-type]
 
 
 def promotions_diff(a: pd.DataFrame, b: pd.DataFrame, tol_s: float = 0.0) -> str | None:

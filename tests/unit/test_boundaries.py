@@ -58,6 +58,11 @@ RULES = (
          ("psycopg",), allowed_mediator=("mediator", "mediator.pg", "mediator.contract",
                                          "mediator.match", "mediator.states")),
     Rule("sim's reference model does not import mediator", ("sim/model.py",), ("mediator",)),
+    # issue 14 §1: statistics know nothing of the simulator (no analysis <-> model cycle), and the
+    # shared event core imports neither engine
+    Rule("sim's statistics import no part of the simulator", ("sim/analysis.py",), ("sim",)),
+    Rule("sim's event core imports neither engine nor mediator", ("sim/core.py",),
+         ("sim", "mediator")),
 )  # fmt: skip
 
 

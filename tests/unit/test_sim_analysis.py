@@ -18,11 +18,10 @@ from sim.analysis import (
     mmc_wait_quantile,
     mmc_wq,
     quantile_ci,
-    replicate,
     replication_seeds,
     warmup_cut,
 )
-from sim.model import run_model
+from sim.model import replicate, run_model
 
 
 def test_erlang_c_reference_points_of_sim_md_section_7() -> None:

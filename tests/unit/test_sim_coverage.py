@@ -17,8 +17,8 @@ from functools import partial
 import pytest
 
 from sim import scenarios as S
-from sim.analysis import mmc_wait_quantile, mmc_wq, replicate
-from sim.model import run_model
+from sim.analysis import mmc_wait_quantile, mmc_wq
+from sim.model import replicate, run_model
 
 MU, C = 0.1, 3
 

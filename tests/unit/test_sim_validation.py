@@ -13,8 +13,8 @@ from functools import partial
 import pytest
 
 from sim import scenarios as S
-from sim.analysis import erlang_c, littles_law, mean_ci, mmc_wq, replicate, warmup_cut
-from sim.model import run_model
+from sim.analysis import erlang_c, littles_law, mean_ci, mmc_wq, warmup_cut
+from sim.model import replicate, run_model
 
 POINTS = [
     # (c, rho, runs per replication, replications)
