@@ -3,6 +3,8 @@
     python -m sim list
     python -m sim run SCENARIO [--set key=value ...] [--engine mediator|model] [--out DIR]
     python -m sim report [--out reports/] [--scale full|ci]
+    python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.gate)
+    python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
 
 ``run`` prints the summary and writes CSV tables, PNG charts, ``summary.json`` and
 ``manifest.json`` into ``--out``. ``report`` is the main job: every built-in scenario on the real
@@ -139,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--scale", choices=("full", "ci"), default="full")
     rep.add_argument("--database-url")
     rep.set_defaults(func=cmd_report)
+    from sim.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate (issue 16)
+
+    add_gate_parsers(sub)
     return ap
 
 
