@@ -664,10 +664,11 @@ class GateReport:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         icon = {"pass": "✅", "fail": "❌", "error": "⚠️"}
-        n_bad = sum(o.status != "pass" for o in self.outcomes) + len(self.errors)
-        title = ("the scheduler's decisions are unchanged" if self.exit_code == 0 else
-                 f"{n_bad} of {len(self.outcomes)} case(s) "
-                 + ("changed" if self.exit_code == 1 else "could not run"))  # fmt: skip
+        n_fail = sum(o.status == "fail" for o in self.outcomes)
+        n_error = sum(o.status == "error" for o in self.outcomes) + len(self.errors)
+        parts = [f"{n_fail} of {len(self.outcomes)} case(s) changed"] if n_fail else []
+        parts += [f"{n_error} could not run"] if n_error else []
+        title = ", ".join(parts) or "the scheduler's decisions are unchanged"
         lines = [f"## Scheduler gate: {title}", "",
                  f"{self.mode.capitalize()} mode against `{self.root}`, "
                  f"{len(self.outcomes)} case(s) on the real Mediator in {self.wall_s:.0f} s.", "",
@@ -694,12 +695,11 @@ class GateReport:
 
 def decisions_chart(o: Outcome, path: Path) -> Path:
     """Cumulative decisions over virtual time, baseline against now, the divergence marked."""
-    from sim import plots  # picks the non-interactive backend before pyplot is used
-
-    plt = plots.plt
+    from matplotlib.figure import Figure  # no pyplot: no backend, no global state
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(6, 2.6))
+    fig = Figure(figsize=(6, 2.6))
+    ax = fig.subplots()
     for rows, label, style in ((o.baseline_decisions, "baseline", "-"),
                                (o.now_decisions, "now", "--")):  # fmt: skip
         xs = [0.0] + [d.at_us / 1e6 for d in rows]
@@ -715,7 +715,6 @@ def decisions_chart(o: Outcome, path: Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
-    plt.close(fig)
     return path
 
 
