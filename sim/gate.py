@@ -38,6 +38,7 @@ import io
 import json
 import math
 import os
+import platform
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -251,11 +252,11 @@ def record(
             "workload_sha256": workload_digest(plan),
             "scenario_hash": sc.scenario_hash(),
             # deterministic, so the file stays byte-identical; orders parallel checks
-            "mediator_calls": int(sum(result.counts.get(k, 0) for k in
+            "mediator_calls": int(sum(getattr(result, "counts", {}).get(k, 0) for k in
                                       ("submit", "advert", "claim", "report", "answer", "reap"))),
             "recorded_with": {
-                "postgresql": result.manifest.get("postgresql_version"),
-                "python": result.manifest.get("python_version"),
+                "postgresql": getattr(result, "manifest", {}).get("postgresql_version"),
+                "python": platform.python_version(),
                 "numpy": np.__version__,
             },
             "scenario": sc.to_dict(),
@@ -387,11 +388,11 @@ class Divergence:
         lines.append("  now:      " + (n.describe() if n and n.at_us == self.at_us
                                        else f"nothing decided at {t} s"
                                        + (f"; next: {n.describe()}" if n else "")))  # fmt: skip
-        mine = b if b and b.run_id == self.run_id else n
-        if mine is not None and self.run_now != mine:
+        # Where the run went on the other side, unless the two lines above already say it.
+        if b is not None and b.run_id == self.run_id and (n is None or self.run_now != n):
             went = self.run_now.describe() if self.run_now else f"{self.run_id} never started"
             lines.append(f"  later, now:      {went}")
-        if mine is not None and self.run_baseline != mine:
+        if n is not None and n.run_id == self.run_id and (b is None or self.run_baseline != b):
             went = self.run_baseline.describe() if self.run_baseline else "never started"
             lines.append(f"  in the baseline: {went}")
         shown = " ".join(self.queue[:12]) + (" …" if len(self.queue) > 12 else "")
@@ -522,7 +523,7 @@ class Outcome:
         d = self.divergence
         if d is not None:
             parts.append(f"first divergence at {seconds(d.at_us)} s, run {d.run_id} "
-                         f"(decision #{d.index}); {d.differ} decision(s) differ")  # fmt: skip
+                         f"(#{d.index}); {d.differ} run(s) decided differently")  # fmt: skip
         else:
             parts.append(f"{self.decisions} decisions identical (sha256 {self.digest[:12]})")
         if self.mode == "drift":

@@ -61,6 +61,9 @@ def test_another_node_at_the_same_instant_is_a_divergence_of_that_run() -> None:
     now = [WAKE_ON[0]._replace(roles="node=y000"), *WAKE_ON[1:]]
     d = first_divergence(WAKE_ON, now)
     assert d is not None and (d.index, d.at_us, d.run_id, d.differ) == (0, 1_000_000, "r0000000", 1)
+    text = d.text()
+    assert "now:      r0000000 created at 1.000000 s on node=y000" in text
+    assert "later, now" not in text  # said once is enough
 
 
 def test_a_decision_missing_at_the_end_is_a_divergence() -> None:
