@@ -152,7 +152,10 @@ def workload_digest(plan: Any) -> str:
         h.update(json.dumps([a.at_s, a.run_id, a.template, a.contract, a.step_outcomes,
                              a.ask_answers], sort_keys=True).encode())  # fmt: skip
     for e in plan.fleet_events:
-        h.update(json.dumps(dataclasses.asdict(e), sort_keys=True).encode())
+        # A field added later with a None default (``capabilities``, for wake 9's ``caps``
+        # events) leaves the digest of the events that do not use it unchanged.
+        fields = {k: v for k, v in dataclasses.asdict(e).items() if v is not None}
+        h.update(json.dumps(fields, sort_keys=True).encode())
     return h.hexdigest()
 
 

@@ -193,3 +193,30 @@ def test_the_example_ci_workflow_runs_the_gate_on_the_committed_baseline() -> No
     assert "python -m sim check --baseline sim-baseline" in runs
     assert "--junit gate/junit.xml" in runs and "--markdown gate/summary.md" in runs
     assert gate.find_cases(root / "sim-baseline")  # every case it would run is there
+
+
+def test_a_field_added_to_fleet_events_later_leaves_the_workload_digest_alone() -> None:
+    """The `capabilities` field (wake 9's `caps` events) came after the baselines of the other
+    kinds were recorded: those baselines must stay valid (found by merging main)."""
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from sim.scenarios import FleetEvent
+
+    @dataclass(frozen=True)
+    class OldFleetEvent:  # FleetEvent before `capabilities` existed
+        at_s: float
+        node_id: str
+        kind: str
+        policy: str = "graceful"
+
+    def plan(*events: object) -> object:
+        return SimpleNamespace(nodes=(), arrivals=(), fleet_events=events)
+
+    assert gate.workload_digest(plan(FleetEvent(100.0, "x000", "vanish"))) == (
+        gate.workload_digest(plan(OldFleetEvent(100.0, "x000", "vanish")))
+    )
+    caps = FleetEvent(5.0, "x000", "caps", capabilities={"board": "y"})
+    assert gate.workload_digest(plan(caps)) != gate.workload_digest(
+        plan(FleetEvent(5.0, "x000", "vanish"))
+    )
