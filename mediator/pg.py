@@ -13,7 +13,7 @@ the test session all need a private PostgreSQL cluster. ``testing.postgresql`` d
 * Ephemeral clusters live on tmpfs (``/dev/shm``) with ``fsync=off``: they start in about a second.
   A persistent cluster (``mediator serve --data DIR``) keeps PostgreSQL's durable defaults.
 * Clients connect over the cluster's unix socket, which is several times cheaper per round trip
-  than TCP on loopback (quality.md §3 measures ``SELECT 1`` at ~90 µs).
+  than TCP on loopback (docs/performance.md measures ``SELECT 1`` at ~90 µs).
 """
 
 from __future__ import annotations

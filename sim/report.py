@@ -1,6 +1,6 @@
 """The main job (README's first command): a report that answers a question, in ``reports/``.
 
-The question is the one capacity planning exists for (sim.md §8): *how many nodes keep the
+The question is the one capacity planning exists for (docs/design.md §20): *how many nodes keep the
 95th-percentile queue wait within ten minutes on a real workload* — the NASA Ames iPSC/860 1993
 log — and how many as the load grows. The front page (``index.html``) opens with that answer (the
 target, the recommended fleet, its headroom), says in one paragraph how it was reached, and then
@@ -10,7 +10,7 @@ gives the evidence in the order a reader asks for it:
   the intervals ``summary()`` reports (labelled with their method when the summary names one);
 - one short panel of correctness evidence: invariant violations (I1–I7, by SQL; must be 0), the
   differential check against the reference model (same runs promoted at the same instants,
-  sim.md §6), and theory where it applies (Erlang C for ``steady``, the FIFO G/G/c recursion for
+  design.md §20), and theory where it applies (Erlang C for ``steady``, the FIFO G/G/c recursion for
   the trace);
 - chart thumbnails, each linking to that scenario's own page (``<case>/index.html``: what the
   scenario is, every figure, full-size charts, the CSV files), and the capacity plan's page
@@ -415,7 +415,7 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
 
 
 def _render_notebooks(out: Path, scale: str, database_url: str | None = None) -> list[str]:
-    """Execute every notebook in notebooks/ and render it to HTML in out/ (sim.md §9)."""
+    """Execute every notebook in notebooks/ and render it to HTML in out/ (docs/notebooks.md)."""
     root = Path(__file__).resolve().parents[1] / "notebooks"
     books = sorted(root.glob("*.ipynb")) if root.is_dir() else []
     rendered = []

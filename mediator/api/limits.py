@@ -1,4 +1,4 @@
-"""Request body size limit: 413 before the body is read into memory (quality.md §4)."""
+"""Request body size limit: 413 before the body is read into memory (docs/performance.md)."""
 
 from __future__ import annotations
 

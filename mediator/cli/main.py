@@ -3,7 +3,7 @@
 ``mediator serve`` starts (or connects to) PostgreSQL, wakes the queue once (wake 5), seals what a
 crash left unsealed, runs the reaper every ``renew_seconds`` and serves the HTTP API with uvicorn
 until SIGINT/SIGTERM, then shuts down gracefully. Invalid configuration exits with status 2 before
-anything listens (mediator.md §8).
+anything listens (docs/design.md §16).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _is_loopback(host: str) -> bool:
 
 
 class Reaper:
-    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (mediator.md §7.5)."""
+    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (docs/design.md §10)."""
 
     def __init__(self, med: object, every_s: float) -> None:
         self.med = med

@@ -1,5 +1,5 @@
-"""``python -m sim`` (sim.md §10): list, run with --set and --out, plan, and the report: its shape
-and a front page that answers the capacity question (issue 15 §6)."""
+"""``python -m sim`` (design.md §20): list, run with --set and --out, plan, and the report: its
+shape and a front page that answers the capacity question (issue 15 §6)."""
 
 from __future__ import annotations
 
