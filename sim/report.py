@@ -160,15 +160,20 @@ def _num(x: float, scale: float) -> str:
 
 
 def duration(seconds: float | None, low: float | None = None, high: float | None = None) -> str:
-    """``12.3 s``, ``4.5 min``, ``3.2 h``, ``2.1 days``; with an interval in the same unit."""
+    """``12.3 s``, ``4.5 min``, ``3.2 h``, ``2.1 days``; with an interval, in the estimate's unit
+    (the upper bound in its own when it needs a larger one)."""
     if seconds is None or not math.isfinite(seconds):
         return "–"
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
         scale, unit = _unit(seconds)
         return f"{_num(seconds, scale)} {unit}"
-    scale, unit = _unit(max(abs(seconds), abs(high)))
+    scale, unit = _unit(seconds)
+    top_scale, top_unit = _unit(high)
     # A wait or a duration is never negative: show the interval within what is possible.
-    return f"{_num(seconds, scale)} {unit} [{_num(max(0.0, low), scale)}–{_num(high, scale)}]"
+    bottom = _num(max(0.0, low), scale)
+    if top_unit == unit:
+        return f"{_num(seconds, scale)} {unit} [{bottom}–{_num(high, scale)}]"
+    return f"{_num(seconds, scale)} {unit} [{bottom} {unit}–{_num(high, top_scale)} {top_unit}]"
 
 
 def share(x: float | None) -> str:
@@ -550,13 +555,13 @@ def _headroom(cap: Capacity) -> str:
         text.append(f"{rec - 1} nodes would give {duration(float(smaller[p.column]))}")
     g = cap.growth
     carried = g[(g["nodes"].notna()) & (g["nodes"] <= rec)]["growth"]
-    if len(carried):
-        most = float(carried.max())
-        text.append(
-            f"it carries up to ×{most:g} today's load"
-            if most > 1
-            else "no load growth: more load needs more nodes"
-        )
+    if len(carried) and float(carried.max()) > 1:
+        text.append(f"it carries up to ×{float(carried.max()):g} today's load")
+    else:
+        more = g[(g["growth"] > 1) & g["nodes"].notna()]
+        if len(more):
+            first = more.iloc[0]
+            text.append(f"×{first['growth']:g} today's load needs {int(first['nodes'])} nodes")
     if not text:
         return "–"
     joined = "; ".join(text) + "."
@@ -582,7 +587,7 @@ def _method(cap: Capacity, methods: list[str]) -> str:
         f" Intervals in this report: {', '.join(methods)}."
         if methods
         else " Intervals are 95 % confidence intervals; a trace replay has no randomness to "
-        "replicate,"
+        "replicate, "
         "so the plan's interval comes from consecutive stretches of the replay."
     )
     return (

@@ -29,11 +29,11 @@ def test_durations_read_like_a_person_would_say_them(seconds, text):
 
 
 def test_an_interval_shares_the_estimates_unit_and_never_goes_below_zero():
-    """The unit follows the larger of estimate and upper bound; a wait is never negative, so a
-    symmetric interval around a small mean is shown from 0."""
+    """The estimate keeps its own unit, the upper bound takes a larger one only when it needs it;
+    a wait is never negative, so a symmetric interval around a small mean is shown from 0."""
     assert duration(6.0, -3.7, 15.7) == "6 s [0–15.7]"
-    assert duration(0.0, 0.0, 2_299.0) == "0 min [0–38.3]"
-    assert duration(56.0, 0.0, 537.0) == "0.93 min [0–8.95]"
+    assert duration(270.0, 200.0, 350.0) == "4.5 min [3.33–5.83]"
+    assert duration(17.1, 0.0, 333.6) == "17.1 s [0 s–5.56 min]"
 
 
 def test_shares_are_percentages():
