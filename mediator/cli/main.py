@@ -176,7 +176,7 @@ def records_verify(args: argparse.Namespace) -> int:
 
 def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--config``, ``--data`` and ``--records``: accepted before the subcommand and after it
-    (api.md §2 writes ``mediator serve --data DIR``). After it they default to SUPPRESS, so a
+    (design.md §19 writes ``mediator serve --data DIR``). After it they default to SUPPRESS, so a
     value given before the subcommand is not overwritten by the subcommand's default."""
 
     def default(value: str | None) -> str | None:

@@ -58,7 +58,7 @@ def waiting_contract(run_id: str, gate: Path, board: str = "x") -> dict:
 
 @pytest.fixture
 def server(tmp_path):
-    """``mediator serve --data DIR`` exactly as api.md §2 writes it (issue 15 §2): the options
+    """``mediator serve --data DIR`` exactly as design.md §19 writes it (issue 15 §2): the options
     after the subcommand, and no --database-url, so the server runs its own persistent embedded
     PostgreSQL in DIR. DIR is outside pytest's root-only tmp_path so the unprivileged server user
     can enter it; tmpfs when there is one, to keep initdb quick."""
