@@ -584,7 +584,7 @@ def _method(cap: Capacity, methods: list[str]) -> str:
             f"between any job's wait there and on the model is {duration(diff)}."
         )
     intervals = (
-        f" Intervals in this report: {', '.join(methods)}."
+        f" Intervals in this report: {'; '.join(methods)}."
         if methods
         else " Intervals are 95 % confidence intervals; a trace replay has no randomness to "
         "replicate, "
