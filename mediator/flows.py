@@ -1,9 +1,9 @@
-"""The one orchestration layer: submit, the promotion sweep, adverts, reads (mediator.md §7).
+"""The one orchestration layer: submit, the promotion sweep, adverts, reads (docs/design.md §9).
 
 The HTTP API, the CLI and the simulator all call :class:`Mediator`; none of them re-implements a
 flow. Decisions come from the pure modules (``contract``, ``match``, ``states``); persistence from
 ``store.db``; files from ``records``. Every run-changing transaction follows the locking rule of
-mediator.md §7: the run row first, then steps, leases, asks.
+docs/design.md §9: the run row first, then steps, leases, asks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ log = logging.getLogger("mediator")
 
 RUN_STATES = frozenset(s.value for s in RunState)
 DRAIN_POLICIES = ("", "graceful", "at-boundary")
-_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (mediator.md §6); TOO_WIDE is not
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
 _PAGE = 64
 
 
@@ -109,7 +109,7 @@ def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
 
 
 class Mediator(LifecycleMixin):
-    """The Mediator's Python interface (api.md §6). Build it with :meth:`connect`."""
+    """The Mediator's Python interface (docs/design.md §19). Build it with :meth:`connect`."""
 
     def __init__(
         self,
@@ -246,7 +246,7 @@ class Mediator(LifecycleMixin):
         return self.clock() if self.clock is not None else wall_clock()
 
     def _new_run_id(self) -> str:
-        """Time-ordered from the Mediator's clock (mediator.md §5), unique by a random suffix."""
+        """Time-ordered from the Mediator's clock (docs/design.md §4), unique by a random suffix."""
         return self._now().strftime("%Y%m%dT%H%M%S%f") + "-" + secrets.token_hex(4)
 
     def _wake_safely(self, why: str) -> WakeReport | None:
@@ -332,7 +332,7 @@ class Mediator(LifecycleMixin):
         draining = {n.node_id for n in nodes if n.drain}
         return adverts, busy, draining
 
-    # ---- submit (mediator.md §7.1) -----------------------------------------------------------
+    # ---- submit (docs/design.md §5) -----------------------------------------------------------
     def submit(
         self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
     ) -> Submission:
@@ -544,7 +544,7 @@ class Mediator(LifecycleMixin):
             )
             return Run(**{**row.__dict__, "steps": tuple(tx.steps(new.run_id))})
 
-    # ---- WakeQueued (mediator.md §7.2, R6–R12) ----------------------------------------------
+    # ---- WakeQueued (docs/design.md §6, R6–R12) ----------------------------------------------
     def wake_queued(self) -> WakeReport:
         """The promotion sweep over the queue, FIFO with skipping (timed for the observers)."""
         started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""``python -m sim``: list scenarios, run one, or produce the report (sim.md §10).
+"""``python -m sim``: list scenarios, run one, or produce the report (docs/design.md §20).
 
     python -m sim list
     python -m sim show SCENARIO [--set key=value ...]

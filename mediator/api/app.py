@@ -1,7 +1,7 @@
-"""The FastAPI application: the 18 routes of api.md §1.
+"""The FastAPI application: the 18 routes of docs/design.md §19.
 
 Routes translate HTTP to calls on :class:`mediator.Mediator` and back; authorization is decided
-here from the caller's principal and role (mediator.md §9); everything else is the Mediator's.
+here from the caller's principal and role (docs/design.md §14); everything else is the Mediator's.
 Errors are always ``{"error": {code, message, field}}``: validation is 400 (never the framework's
 default 422, which here means "no node can serve this contract"), and no response carries an
 internal path, a stack trace or SQL (SECURITY-15).

@@ -1,4 +1,4 @@
-"""``runctl``: the Mediator's client command line (api.md §2).
+"""``runctl``: the Mediator's client command line (docs/design.md §19).
 
 A person or a script submits contracts, reads runs and the fleet, cancels, and answers asks through
 the HTTP API only (``mediator.client``). The output is made for both: the first line says what

@@ -1,5 +1,5 @@
 """The HTTP API in-process (the real FastAPI app on the real database, through Starlette's
-TestClient): the route table, error bodies, auth, and the HTTP-level tests of seed 000 §6.1.
+TestClient): the route table, error bodies, auth, and the HTTP-level tests of docs/design.md §7.
 The same checks with real processes are in tests/e2e."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def finish(client, run_id, node_id="X", headers=None):
 
 
 def test_the_route_table_is_the_18_routes_of_api_md(med):
-    """api.md §1: a route that disappears or changes fails here (seed 000 §6: 18 routes)."""
+    """design.md §19: a route that disappears or changes fails here (design.md §7: 18 routes)."""
     app = create_app(med)
     routes = {
         (m, r.path)
@@ -106,7 +106,7 @@ def test_openapi_document_lists_the_api(client):
     assert expected - {"/openapi.json"} == set(paths)
 
 
-# ---- seed 000 §6.1, internal/api ----
+# ---- docs/design.md §7, internal/api ----
 
 
 def test_409_situation_gives_202_queued_without_assigned_or_reject(client):
@@ -240,7 +240,7 @@ def test_record_routes_serve_the_sealed_record_and_refuse_traversal(client, med)
         assert client.get(f"/v1/runs/a/record/{evil}").status_code == 404
 
 
-# ---- auth (mediator.md §9) ----
+# ---- auth (docs/design.md §14) ----
 
 
 def test_no_token_is_401_and_unknown_token_is_401(authed):

@@ -1,4 +1,4 @@
-"""runctl against the real API (api.md §2): every command's output, exit status and ``--json``.
+"""runctl against the real API (design.md §19): every command's output, exit status and ``--json``.
 
 The server is the real FastAPI app on a per-test database, served by uvicorn in a thread on a
 loopback socket bound by the test. Nodes are enode daemons driven one ``tick()`` at a time in this
@@ -92,7 +92,7 @@ def write(tmp_path: Any, name: str, run_id: str, **needs: Any) -> str:
 
 
 def test_the_checkpoint_in_process(cli, nodes, tmp_path):
-    """api.md §2's checkpoint, with the node ticked by hand where the real one would poll."""
+    """design.md §19's checkpoint, with the node ticked by hand where the real one would poll."""
     node = nodes("a", board="x")
     assert cli("submit", write(tmp_path, "a", "run-a")) == 0
     assert cli.lines == ["201 · RUNNING", "run-a"]

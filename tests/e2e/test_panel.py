@@ -1,4 +1,4 @@
-"""The Mediator's panel (api.md §4) in a real headless Chromium, against a live server.
+"""The Mediator's panel (docs/panel.md) in a real headless Chromium, against a live server.
 
 Each test starts ``mediator serve --dev`` on its own database (``start_server``) and plays the
 nodes itself over HTTP – adverts, claims and results with httpx – so the page sees exactly what a
@@ -197,7 +197,7 @@ def test_a_node_card_shows_its_lease_and_a_countdown_from_observed_at(lab, page)
 
 
 def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
-    """api.md §4: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
+    """panel.md: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
     lab.advert("X", label="bench X", board="x")
     assert lab.submit(chain("flash-1", "flash")) == 201
     diamond = {"run_id": "release", "roles": {"dut": {"board": "x"}}, "steps": [
@@ -281,7 +281,7 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
     assert lab.work("X") == ["verify"]
     assert lab.http.get("/v1/asks").json()["asks"] == []
 
-    # "Not OK" fails the step and, with it, the run (mediator.md §2).
+    # "Not OK" fails the step and, with it, the run (docs/design.md §2).
     lab.advert("Q", label="bench Q", board="q")
     refusal = {"run_id": "go-no-go", "roles": {"dut": {"board": "q"}}, "steps": [
         {"name": "go?", "kind": "ask", "ask": "Power on the rig?"},

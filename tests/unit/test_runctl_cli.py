@@ -1,5 +1,5 @@
-"""runctl without a server (api.md §2): argument parsing, usage errors (exit 2), a server that is
-not there (exit 1, one line), contract files, and the text formats as pure functions — whole
+"""runctl without a server (design.md §19): argument parsing, usage errors (exit 2), a server that
+is not there (exit 1, one line), contract files, and the text formats as pure functions — whole
 outputs compared, so a change of format shows up here first. The commands against the real API
 are in test_runctl_api.py."""
 

@@ -1,8 +1,8 @@
-// S1 — fleet and runs (api.md §4). A card per live node: label, capabilities, drain state, the
+// S1 — fleet and runs (docs/panel.md). A card per live node: label, capabilities, drain state, the
 // run its lease belongs to and a countdown to its advert's expires_at. Below, the run list with
 // state chips that filter it. A QUEUED run is a real row with its queue position and wait reason
 // (read from GET /v1/runs/{id}, which computes both on demand); it sits on no node card, because a
-// queued run holds no node (seed 000 §6, mediator.md I3) — the cards show only what leases say.
+// queued run holds no node (design.md §7, design.md I3) — the cards show only what leases say.
 
 import { api } from "./api.js";
 import { el, fill, pairs, countdown, timeCell } from "./dom.js";

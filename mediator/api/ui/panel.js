@@ -1,4 +1,4 @@
-// The Mediator's panel (api.md §4): hash routing between S1 (#/, #/?state=QUEUED) and S2
+// The Mediator's panel (docs/panel.md): hash routing between S1 (#/, #/?state=QUEUED) and S2
 // (#/runs/<run_id>), and the refresh loop that re-reads the API every 5 s. Settings come from the
 // page URL so an operator or a test can change them without a build step:
 //   ?refresh=<ms>   the refresh interval (default 5000; tests use a few hundred ms)
