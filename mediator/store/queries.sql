@@ -417,3 +417,19 @@ SELECT r.state, r.verdict, r.ended_at, r.contract,
        coalesce((SELECT jsonb_agg(jsonb_build_array(s.seq, s.name, s.log) ORDER BY s.seq)
                  FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs
 FROM runs r WHERE r.run_id = %(run_id)s
+
+-- queued_details --
+-- GET /v1/runs (issue 15 §4): the queue position and the needs of every QUEUED run on a page, in
+-- one statement for the whole page instead of queue_position + live_contract per row. Positions
+-- come from one ordered pass over runs_queue (1 + the QUEUED runs with a smaller
+-- (created_at, run_id)); the needs from the run's class, as the sweep reads them (P2).
+WITH q AS (
+    SELECT run_id, needs_key, row_number() OVER (ORDER BY created_at, run_id) AS position
+    FROM runs
+    WHERE state = 'QUEUED'
+)
+SELECT q.run_id, q.position, c.needs
+FROM q
+JOIN needs_classes c ON c.needs_key = q.needs_key
+WHERE q.run_id = ANY(%(run_ids)s)
+

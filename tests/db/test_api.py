@@ -298,3 +298,58 @@ def test_metrics_report_queue_depth_runs_by_state_waits_and_sweeps(client):
 
 def test_healthz(client):
     assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
+
+
+# ---- issue 15 §4: the list carries each queued run's position and wait reason -------------------
+
+
+def _count_statements(monkeypatch):
+    """Count the named statements the store runs (a spy on Tx._rows, which every query passes)."""
+    from mediator.store.db import Tx
+
+    seen: list[str] = []
+    real = Tx._rows
+
+    def counting(self, name, params=None, row=None):
+        seen.append(name)
+        return real(self, name, params, row)
+
+    monkeypatch.setattr(Tx, "_rows", counting)
+    return seen
+
+
+def test_the_list_gives_each_queued_run_its_position_and_reason_in_constant_statements(
+    client, med, monkeypatch
+):
+    # issue 15 §4: X holds "a"; b, c, d wait for it; e needs a board nobody has (queued as
+    # NO_CAPABLE would be 422, so it asks for X's board too) — the list itself says where each
+    # waits and why, exactly as GET /v1/runs/{id} does, for one query per page, not per row.
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    for run_id in "abcd":
+        client.post("/v1/runs", json=contract(run_id))
+    seen = _count_statements(monkeypatch)
+    body = client.get("/v1/runs").json()
+    listed = {r["run_id"]: r for r in body["runs"]}
+    assert "queue_position" not in listed["a"] and "wait_reason" not in listed["a"]
+    for pos, run_id in enumerate("bcd", start=1):
+        one = client.get(f"/v1/runs/{run_id}").json()
+        assert listed[run_id]["queue_position"] == one["queue_position"] == pos
+        assert listed[run_id]["wait_reason"] == one["wait_reason"]
+        assert one["wait_reason"]["code"] == "ALL_BUSY" and one["wait_reason"]["busy"] == ["X"]
+    assert body["counts"] == {"queued": 3, "running": 1}
+    list_statements = seen[: seen.index("get_run")]
+    # observed_at, the page, the counts, the queued rows' details, their candidates' fleet
+    assert list_statements == [
+        "observed_at", "list_runs", "run_counts", "queued_details", "fleet_for"
+    ]  # fmt: skip
+    one_run = seen[seen.index("get_run") :][:5]
+    assert one_run == ["get_run", "run_steps", "queue_position", "live_contract", "fleet_for"]
+    # before: the panel asked GET /v1/runs/{id} per queued row — 3 rows × 5 statements more.
+
+
+def test_a_page_without_queued_runs_reads_no_queue_details(client, monkeypatch):
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    client.post("/v1/runs", json=contract("a"))
+    seen = _count_statements(monkeypatch)
+    assert client.get("/v1/runs").json()["counts"] == {"queued": 0, "running": 1}
+    assert seen == ["observed_at", "list_runs", "run_counts"]
