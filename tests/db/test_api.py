@@ -353,3 +353,96 @@ def test_a_page_without_queued_runs_reads_no_queue_details(client, monkeypatch):
     seen = _count_statements(monkeypatch)
     assert client.get("/v1/runs").json()["counts"] == {"queued": 0, "running": 1}
     assert seen == ["observed_at", "list_runs", "run_counts"]
+
+
+# ---- issue 15 §1: the OpenAPI document says what the server does -------------------------------
+
+
+def test_the_document_declares_400_with_the_error_shape_never_the_framework_s_422(client):
+    doc = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in json.dumps(doc)
+    error = {"$ref": "#/components/schemas/Error"}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            where = f"{method.upper()} {path}"
+            codes = set(op["responses"])
+            params = [p for p in op.get("parameters", []) if p["name"] != "Authorization"]
+            if params or op.get("requestBody"):
+                assert "400" in codes, where
+            if method == "post":
+                assert "413" in codes, where
+            if path.startswith("/v1/"):
+                assert "401" in codes, where
+            for code, response in op["responses"].items():
+                if code.startswith(("4", "5")) and path != "/healthz":
+                    assert response["content"]["application/json"]["schema"] == error, where
+            assert ("422" in codes) == (where == "POST /v1/runs"), where
+    assert "no node" in doc["paths"]["/v1/runs"]["post"]["responses"]["422"]["description"]
+
+
+def test_the_document_gives_parameters_their_enums_formats_and_bounds(client):
+    doc = client.get("/openapi.json").json()
+    params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/runs"]["get"]["parameters"]}
+    assert params["state"]["enum"] == ["", "QUEUED", "RUNNING", "PASSED", "FAILED"]
+    assert params["since"] == {**params["since"], "type": "string", "format": "date-time"}
+    assert (params["limit"]["minimum"], params["limit"]["maximum"]) == (1, 1000)
+    events = {p["name"]: p["schema"] for p in doc["paths"]["/v1/events"]["get"]["parameters"]}
+    assert events["Last-Event-ID"]["pattern"] == "^[0-9]{0,18}$"
+    body = doc["components"]["schemas"]
+    assert body["Policy"]["properties"]["drain"]["enum"] == ["", "graceful", "at-boundary"]
+    assert body["ResultBody"]["properties"]["outcome"]["enum"] == ["pass", "fail", "retry"]
+    contract_schema = doc["paths"]["/v1/runs"]["post"]["requestBody"]["content"]
+    assert contract_schema["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Contract"
+    }
+    assert body["Contract"]["required"] == ["roles", "steps"]
+
+
+def test_the_server_keeps_to_the_parameters_the_document_gives(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    # an empty state is no filter, as a form leaves it
+    assert [r["run_id"] for r in client.get("/v1/runs?state=").json()["runs"]] == ["a"]
+    # since is an RFC 3339 instant: not a number of seconds, not a local time
+    for bad in ("0.5", "0", "2026-12-01", "2026-12-01T10:00:00", "yesterday"):
+        r = client.get("/v1/runs", params={"since": bad})
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "since"), bad
+    assert client.get("/v1/runs", params={"since": "2000-01-01T00:00:00Z"}).json()["runs"]
+    assert not client.get("/v1/runs", params={"since": "2999-01-01T00:00:00+02:00"}).json()["runs"]
+    r = client.get("/v1/runs?state=queued")  # the API's states are upper case (runctl folds)
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "state")
+    for path in ("/v1/runs/a/steps/-1/claim", "/v1/runs/a/steps/2147483648/claim"):
+        r = client.post(path, json={"node_id": "X"})
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "seq")
+    r = client.get("/v1/nodes/.hidden/work")
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "node_id")
+
+
+def test_an_empty_last_event_id_is_no_id(client):
+    # issue 15 §1: EventSource sends the header empty before the first id; it means "absent"
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    with client.stream("GET", "/v1/events?after=1&limit=1", headers={"Last-Event-ID": ""}) as s:
+        ids = [line for line in s.iter_lines() if line.startswith("id:")]
+    assert ids == ["id: 2"]
+    r = client.get("/v1/events", headers={"Last-Event-ID": "-3"})
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "Last-Event-ID")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("TRACE", "/v1/runs", "GET, HEAD, POST"),  # two routes on one path
+        ("PUT", "/v1/nodes", "GET, HEAD, POST"),
+        ("DELETE", "/v1/runs/a", "GET, HEAD"),
+        ("OPTIONS", "/v1/runs/a/cancel", "POST"),
+        ("GET", "/v1/asks/1/answer", "POST"),
+        ("POST", "/index.html", "GET, HEAD"),  # the panel's static files
+    ],
+)
+def test_every_405_says_which_methods_are_allowed(client, method, path, allow):
+    # RFC 9110 §15.5.6; before, the panel's mount at "/" answered for every API path, bare
+    r = client.request(method, path)
+    assert r.status_code == 405
+    assert r.headers["allow"] == allow
+    assert r.json()["error"]["code"] == "method_not_allowed"
