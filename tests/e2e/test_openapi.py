@@ -10,9 +10,9 @@ a body that does not match its schema, a 5xx.
 
 The seed is fixed and the examples bounded, so a run is repeatable (about 1,700 cases) and takes
 under a minute on a quiet machine. ``tests/e2e/schemathesis.toml`` holds the few settings the
-API's own rules make right, each with its reason. ``GET /v1/events`` is left out: it is a stream that stays open
-until events arrive, which schemathesis would read as a timeout; its parameters are checked in
-tests/db/test_api.py.
+API's own rules make right, each with its reason. ``GET /v1/events`` is left out: it is a stream
+that stays open until events arrive, which schemathesis would read as a timeout; its parameters
+are checked in tests/db/test_api.py.
 """
 
 from __future__ import annotations
