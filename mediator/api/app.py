@@ -52,6 +52,7 @@ Auth = Annotated[str | None, Header(alias="Authorization")]
 Seq = Annotated[int, PathParam(ge=0, le=2**31 - 1)]
 AskId = Annotated[int, PathParam(ge=1, le=MAX_EVENT_ID)]
 NodeId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=64)]
+RecordFile = Annotated[str, PathParam(min_length=1, max_length=1024)]
 
 
 def _instant(text: str | None, field: str) -> datetime | None:
@@ -313,10 +314,13 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     # 10 -- one record file (no path traversal: Records.read_file stays inside the run's folder)
     @app.get("/v1/runs/{run_id}/record/{file:path}", tags=["records"])
-    def get_record_file(run_id: str, file: str, authorization: Auth = None) -> Response:
+    def get_record_file(run_id: str, file: RecordFile, authorization: Auth = None) -> Response:
         caller(authorization)
         med.get_run(run_id)
-        data = med.records.read_file(run_id, file)
+        try:
+            data = med.records.read_file(run_id, file)
+        except (OSError, ValueError):  # a name the file system refuses (too long, NUL) is no file
+            data = None
         if data is None:
             raise NotFound("No such file in this run's record.", code="no_such_file", field="file")
         kind = "application/json" if file.endswith(".json") else "text/plain; charset=utf-8"

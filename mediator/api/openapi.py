@@ -76,7 +76,7 @@ ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/nodes/{node_id}/work"): (400, 401, 403, 404, 503),
     ("post", "/v1/runs/{run_id}/steps/{seq}/claim"): (400, 401, 403, 404, 409, 413, 503),
     ("post", "/v1/runs/{run_id}/steps/{seq}/result"): (400, 401, 403, 404, 409, 413, 503),
-    ("post", "/v1/runs"): (400, 401, 403, 413, 422, 503),
+    ("post", "/v1/runs"): (400, 401, 403, 413, 503),  # and 422 with the FAILED run (BODIES)
     ("get", "/v1/runs"): (400, 401, 503),
     ("get", "/v1/runs/{run_id}"): (400, 401, 404, 503),
     ("post", "/v1/runs/{run_id}/cancel"): (400, 401, 403, 404, 409, 413, 503),
@@ -162,7 +162,9 @@ CONTRACT = {
     "description": (
         "A run contract (docs/design.md). Beyond this schema the server checks what JSON Schema "
         "cannot say — every step's role is a key of roles, every role is used, after names "
-        "earlier steps and makes no cycle — and answers 400 naming the field if not."
+        "earlier steps and makes no cycle — and answers 400 naming the field if not. A body "
+        "whose run_id names an existing run is answered 200 with that run before anything else "
+        "in it is read (R3: resubmitting is idempotent)."
     ),
     "required": ["roles", "steps"],
     "additionalProperties": False,
@@ -192,6 +194,288 @@ BODY_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "outcome": {"type": "string", "enum": OUTCOMES},
         "log": {"type": "string", "default": ""},
     },
+}
+
+
+# ---- response bodies (the shapes of mediator/rows.py's to_dict) --------------------------------
+# Open objects (no additionalProperties: false): a field added later is not a broken promise.
+TIME = {"type": "string", "format": "date-time"}
+MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}
+STRING_LIST = {"type": "array", "items": {"type": "string"}}
+RESPONSES: dict[str, dict[str, Any]] = {
+    "Reason": {
+        "type": "object",
+        "description": "Why a run waits or was refused: the matcher's reject (mediator.md §6).",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string", "description": "e.g. ALL_BUSY, TOO_WIDE, PROMOTABLE"},
+            "message": {"type": "string"},
+            "role": {"type": "string"},
+            "candidates": STRING_LIST,
+            "busy": STRING_LIST,
+            "draining": STRING_LIST,
+        },
+    },
+    "Step": {
+        "type": "object",
+        "required": [
+            "seq",
+            "name",
+            "kind",
+            "role",
+            "uses",
+            "with",
+            "after",
+            "ask",
+            "state",
+            "node_id",
+            "instance",
+            "attempt",
+            "chosen",
+            "started_at",
+            "ended_at",
+        ],
+        "properties": {
+            "run_id": {"type": "string"},
+            "seq": {"type": "integer", "minimum": 0},
+            "name": {"type": "string"},
+            "kind": {"type": "string", "enum": ["exec", "ask"]},
+            "role": {"type": "string"},
+            "uses": {"type": "string"},
+            "with": {"type": "object"},
+            "after": STRING_LIST,
+            "ask": {"type": "string"},
+            "state": {
+                "type": "string",
+                "enum": ["PENDING", "CLAIMED", "ASKED", "PASSED", "FAILED", "SKIPPED"],
+            },
+            "node_id": {"type": "string", "description": "empty until the run is placed"},
+            "instance": {"type": "string"},
+            "attempt": {"type": "integer", "minimum": 0},
+            "chosen": {
+                "type": ["object", "null"],
+                "description": "what the match chose for the step (FR-3)",
+            },
+            "started_at": MAYBE_TIME,
+            "ended_at": MAYBE_TIME,
+        },
+    },
+    "Run": {
+        "type": "object",
+        "description": "A run with its steps; queue_position and wait_reason only while QUEUED.",
+        "required": [
+            "run_id",
+            "work_id",
+            "state",
+            "verdict",
+            "created_at",
+            "started_at",
+            "ended_at",
+            "steps",
+        ],
+        "properties": {
+            "run_id": {"type": "string"},
+            "work_id": {"type": "string"},
+            "state": {"type": "string", "enum": RUN_STATES},
+            "verdict": {
+                "type": ["string", "null"],
+                "enum": ["pass", "fail", "rejected", "cancelled", "lost", "drained", None],
+            },
+            "assigned": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "role -> node, once placed",
+            },
+            "reject": {"$ref": "#/components/schemas/Reason"},
+            "submitter": {"type": "string"},
+            "created_at": TIME,
+            "started_at": MAYBE_TIME,
+            "ended_at": MAYBE_TIME,
+            "steps": {"type": "array", "items": {"$ref": "#/components/schemas/Step"}},
+            "queue_position": {"type": "integer", "minimum": 1},
+            "wait_reason": {"$ref": "#/components/schemas/Reason"},
+        },
+    },
+    "DryRun": {
+        "type": "object",
+        "description": "?dry_run=true: what the match would do now; nothing is created.",
+        "required": ["dry_run"],
+        "properties": {
+            "dry_run": {"type": "boolean", "enum": [True]},
+            "assigned": {"type": "object", "additionalProperties": {"type": "string"}},
+            "width": {"type": "integer", "minimum": 0},
+            "reject": {"$ref": "#/components/schemas/Reason"},
+        },
+    },
+    "RunList": {
+        "type": "object",
+        "required": ["observed_at", "runs"],
+        "properties": {
+            "observed_at": TIME,
+            "runs": {"type": "array", "items": {"$ref": "#/components/schemas/RunSummary"}},
+            "counts": {
+                "type": "object",
+                "description": "Lab-wide, not filtered like runs (issue 15 §5).",
+                "properties": {
+                    "queued": {"type": "integer", "minimum": 0},
+                    "running": {"type": "integer", "minimum": 0},
+                },
+            },
+        },
+    },
+    "RunSummary": {
+        "type": "object",
+        "description": "A row of the list: current lists the CLAIMED steps; while QUEUED, the "
+        "queue_position and wait_reason GET /v1/runs/{run_id} would give (issue 15 §4).",
+        "required": [
+            "run_id",
+            "state",
+            "verdict",
+            "work_id",
+            "created_at",
+            "started_at",
+            "ended_at",
+            "assigned",
+            "reject",
+            "current",
+        ],
+        "properties": {
+            "run_id": {"type": "string"},
+            "state": {"type": "string", "enum": RUN_STATES},
+            "verdict": {"type": ["string", "null"]},
+            "work_id": {"type": "string"},
+            "created_at": TIME,
+            "started_at": MAYBE_TIME,
+            "ended_at": MAYBE_TIME,
+            "assigned": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+            "reject": {"anyOf": [{"$ref": "#/components/schemas/Reason"}, {"type": "null"}]},
+            "current": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["node", "step", "attempt", "started_at"],
+                    "properties": {
+                        "node": {"type": "string"},
+                        "step": {"type": "string"},
+                        "attempt": {"type": "integer"},
+                        "started_at": MAYBE_TIME,
+                    },
+                },
+            },
+            "queue_position": {"type": "integer", "minimum": 1},
+            "wait_reason": {"$ref": "#/components/schemas/Reason"},
+        },
+    },
+    "Fleet": {
+        "type": "object",
+        "required": ["observed_at", "nodes"],
+        "properties": {
+            "observed_at": TIME,
+            "nodes": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": [
+                        "node_id",
+                        "label",
+                        "instance",
+                        "capabilities",
+                        "seen_at",
+                        "expires_at",
+                        "drain",
+                        "lease",
+                    ],
+                    "properties": {
+                        "node_id": {"type": "string"},
+                        "label": {"type": "string"},
+                        "instance": {"type": "string"},
+                        "capabilities": {"type": "object"},
+                        "seen_at": TIME,
+                        "expires_at": TIME,
+                        "drain": {"type": "string", "enum": DRAIN_POLICIES},
+                        "lease": {
+                            "anyOf": [
+                                {"type": "null"},
+                                {
+                                    "type": "object",
+                                    "required": ["run_id", "not_after"],
+                                    "properties": {"run_id": {"type": "string"}, "not_after": TIME},
+                                },
+                            ]
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "Asks": {
+        "type": "object",
+        "required": ["asks"],
+        "properties": {
+            "asks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["ask_id", "run_id", "seq", "question", "raised_at"],
+                    "properties": {
+                        "ask_id": {"type": "integer"},
+                        "run_id": {"type": "string"},
+                        "seq": {"type": "integer"},
+                        "question": {"type": "string"},
+                        "raised_at": TIME,
+                    },
+                },
+            }
+        },
+    },
+    "StepResult": {
+        "type": "object",
+        "required": ["settled", "rolled", "released", "step_state"],
+        "properties": {
+            "settled": {"type": "string", "description": "the run's end state, or empty"},
+            "rolled": {"type": "boolean"},
+            "released": STRING_LIST,
+            "step_state": {"type": "string"},
+        },
+    },
+    "Work": {
+        "type": "object",
+        "required": ["steps"],
+        "properties": {"steps": {"type": "array", "items": {"$ref": "#/components/schemas/Step"}}},
+    },
+    "AdvertAnswer": {
+        "type": "object",
+        "required": ["advert_ttl_seconds"],
+        "properties": {"advert_ttl_seconds": {"type": "number", "exclusiveMinimum": 0}},
+    },
+}
+# (method, path) -> status -> the schema of its JSON body
+BODIES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("post", "/v1/nodes"): {"200": {"$ref": "#/components/schemas/AdvertAnswer"}},
+    ("get", "/v1/nodes/{node_id}/work"): {"200": {"$ref": "#/components/schemas/Work"}},
+    ("post", "/v1/runs/{run_id}/steps/{seq}/claim"): {"200": {"$ref": "#/components/schemas/Step"}},
+    ("post", "/v1/runs/{run_id}/steps/{seq}/result"): {
+        "200": {"$ref": "#/components/schemas/StepResult"}
+    },
+    ("post", "/v1/runs"): {
+        "200": {
+            "anyOf": [{"$ref": "#/components/schemas/Run"}, {"$ref": "#/components/schemas/DryRun"}]
+        },
+        "201": {"$ref": "#/components/schemas/Run"},
+        "202": {"$ref": "#/components/schemas/Run"},
+        "422": {"$ref": "#/components/schemas/Run"},
+    },
+    ("get", "/v1/runs"): {"200": {"$ref": "#/components/schemas/RunList"}},
+    ("get", "/v1/runs/{run_id}"): {"200": {"$ref": "#/components/schemas/Run"}},
+    ("post", "/v1/runs/{run_id}/cancel"): {"200": {"$ref": "#/components/schemas/Run"}},
+    ("get", "/v1/nodes"): {"200": {"$ref": "#/components/schemas/Fleet"}},
+    ("get", "/v1/asks"): {"200": {"$ref": "#/components/schemas/Asks"}},
+    ("post", "/v1/asks/{ask_id}/answer"): {"200": {"$ref": "#/components/schemas/StepResult"}},
+}
+SUCCESS = {
+    "200": "OK",
+    "201": "RUNNING: placed at once",
+    "202": "QUEUED: it waits for a node (queue_position, wait_reason)",
 }
 
 
@@ -238,6 +522,7 @@ def correct(doc: dict[str, Any]) -> dict[str, Any]:
     schemas.pop("ValidationError", None)
     schemas["Error"] = ERROR_SCHEMA
     schemas["Contract"] = CONTRACT
+    schemas.update(copy.deepcopy(RESPONSES))
     for model, fields in BODY_FIELDS.items():
         props = schemas.get(model, {}).get("properties", {})
         for name, rule in fields.items():
@@ -255,6 +540,12 @@ def _correct_operation(method: str, path: str, op: dict[str, Any]) -> None:
     default_422 = responses.get("422", {})
     if "HTTPValidationError" in str(default_422):
         del responses["422"]
+    for status_code, schema in BODIES.get((method, path), {}).items():
+        default = SUCCESS.get(status_code) or WHY[int(status_code)]
+        answer = responses.setdefault(status_code, {"description": default})
+        if status_code == "422":  # the FAILED run itself, not the framework's validation error
+            answer["description"] = WHY[422]
+        answer["content"] = {"application/json": {"schema": schema}}
     for status in ERRORS.get((method, path), ()):
         responses[str(status)] = {
             "description": WHY[status],

@@ -374,10 +374,14 @@ def test_the_document_declares_400_with_the_error_shape_never_the_framework_s_42
             if path.startswith("/v1/"):
                 assert "401" in codes, where
             for code, response in op["responses"].items():
-                if code.startswith(("4", "5")) and path != "/healthz":
+                if code.startswith(("4", "5")) and code != "422":
                     assert response["content"]["application/json"]["schema"] == error, where
             assert ("422" in codes) == (where == "POST /v1/runs"), where
-    assert "no node" in doc["paths"]["/v1/runs"]["post"]["responses"]["422"]["description"]
+    failed = doc["paths"]["/v1/runs"]["post"]["responses"]["422"]
+    assert "no node" in failed["description"]  # the FAILED run itself, not a validation error
+    assert failed["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Run"}
+    listed = doc["components"]["schemas"]["RunSummary"]["properties"]
+    assert listed["queue_position"] == {"type": "integer", "minimum": 1}
 
 
 def test_the_document_gives_parameters_their_enums_formats_and_bounds(client):
@@ -446,3 +450,13 @@ def test_every_405_says_which_methods_are_allowed(client, method, path, allow):
     assert r.status_code == 405
     assert r.headers["allow"] == allow
     assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_record_file_name_the_file_system_refuses_is_404_or_400_never_500(client):
+    # issue 15 §1 (found by schemathesis): a 300-character name made the record route answer 500
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    client.post("/v1/runs", json=contract("a"))
+    r = client.get("/v1/runs/a/record/" + "x" * 300)
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "no_such_file")
+    r = client.get("/v1/runs/a/record/" + "x" * 1025)
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "file")

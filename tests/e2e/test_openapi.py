@@ -8,7 +8,7 @@ that chains calls through the links it infers — and fails on any disagreement,
 direction: a schema-valid request refused, a schema-violating one accepted, an undeclared status,
 a body that does not match its schema, a 5xx.
 
-The seed is fixed and the examples bounded, so a run is repeatable (about 1,700 cases) and takes
+The seed is fixed and the examples bounded, so a run is repeatable (about 1,300 cases) and takes
 under a minute on a quiet machine. ``tests/e2e/schemathesis.toml`` holds the few settings the
 API's own rules make right, each with its reason. ``GET /v1/events`` is left out: it is a stream
 that stays open until events arrive, which schemathesis would read as a timeout; its parameters
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SEED = 20261201
-MAX_EXAMPLES = 60  # per operation and phase: about 1,700 cases
+MAX_EXAMPLES = 45  # per operation and phase: about 1,300 cases
 # --max-time would make fuzzing and the stateful phase repeat until it is spent (a count that
 # follows the machine's speed); the examples bound the run and this only stops a hung one.
 TIMEOUT_S = 300
