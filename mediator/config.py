@@ -33,6 +33,10 @@ class Config:
     tokens_file: str | None = None
     host: str = "127.0.0.1"
     port: int = 8640
+    # /v1/events (issue 11 §2, docs/security.md "Event streams")
+    events_keepalive_seconds: float = 15.0
+    events_max_streams: int = 512
+    events_max_streams_per_principal: int = 64
 
     def __post_init__(self) -> None:
         self.validate()
@@ -63,6 +67,16 @@ class Config:
             raise ConfigError("port must be a whole number from 0 to 65535.", field="port")
         if not isinstance(self.host, str) or not self.host:
             raise ConfigError("host must be a host name or address.", field="host")
+        keepalive = self.events_keepalive_seconds
+        if not _number(keepalive) or not 0.01 <= keepalive <= 15:  # nan fails both comparisons
+            raise ConfigError(
+                "events_keepalive_seconds must be a number of seconds from 0.01 to 15.",
+                field="events_keepalive_seconds",
+            )
+        for name in ("events_max_streams", "events_max_streams_per_principal"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 100_000:
+                raise ConfigError(f"{name} must be a whole number from 1 to 100000.", field=name)
 
     @classmethod
     def unchecked(cls, **values: Any) -> Config:

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mediator.api.auth import Principal, Tokens
-from mediator.api.events import EventFeed
+from mediator.api.events import EventFeed, StreamGauge, StreamsFull
 from mediator.api.limits import BodyLimit
 from mediator.api.metrics import Metrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
@@ -110,8 +110,14 @@ class AnswerBody(_Body):
 def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = MAX_BODY) -> FastAPI:
     """Build the API around one Mediator. ``tokens=None`` is the development mode."""
     tokens = tokens or Tokens(None)
-    feed = EventFeed(med)
+    feed = EventFeed(
+        med,
+        keepalive_s=med.config.events_keepalive_seconds,
+        max_streams=med.config.events_max_streams,
+        max_per_principal=med.config.events_max_streams_per_principal,
+    )
     metrics = Metrics(med)
+    metrics.registry.register(StreamGauge(feed))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -351,15 +357,20 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             "step_state": r.step_state,
         }
 
-    # 14 -- server-sent events
-    @app.get("/v1/events", tags=["events"], response_class=StreamingResponse)
-    def get_events(
+    # 14 -- server-sent events (async: an idle stream holds no worker thread; issue 11 §2)
+    @app.get(
+        "/v1/events",
+        tags=["events"],
+        response_class=StreamingResponse,
+        responses={503: {"description": "Too many open event streams; see Retry-After"}},
+    )
+    async def get_events(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
         after: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID)] = None,
         limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
         authorization: Auth = None,
-    ) -> StreamingResponse:
-        caller(authorization)
+    ) -> Response:
+        p = caller(authorization)
         start = after
         if last_event_id:  # an empty Last-Event-ID is no id at all (issue 15 §1)
             try:
@@ -370,20 +381,28 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
                 raise ContractError(
                     "Last-Event-ID must be an event id.", field="Last-Event-ID"
                 ) from None
+        try:
+            ticket = feed.admit(p.name)
+        except StreamsFull as full:
+            refused = _error(503, "too_many_streams", full.message)
+            refused.headers["Retry-After"] = str(full.retry_after)
+            return refused
         return StreamingResponse(
-            feed.stream(start, limit),
+            feed.stream(ticket, start, limit),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    # 15 -- health
+    # 15 -- health: 503 within about a second while the database is out of reach (a bounded
+    # ping); record work waiting for a retry is shown, not treated as ill health (issue 11 §5).
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
         try:
             med.ping()
+            backlog = med.record_backlog()
         except MediatorError:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
-        return JSONResponse({"status": "ok", "database": "ok"})
+        return JSONResponse({"status": "ok", "database": "ok", **backlog})
 
     # 16 -- metrics
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)

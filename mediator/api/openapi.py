@@ -443,6 +443,17 @@ RESPONSES: dict[str, dict[str, Any]] = {
         "required": ["steps"],
         "properties": {"steps": {"type": "array", "items": {"$ref": "#/components/schemas/Step"}}},
     },
+    "Health": {
+        "type": "object",
+        "description": "ok, or unavailable while the database is out of reach (503).",
+        "required": ["status", "database"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "unavailable"]},
+            "database": {"type": "string", "enum": ["ok", "unreachable"]},
+            "unsealed": {"type": "integer", "minimum": 0},
+            "unopened": {"type": "integer", "minimum": 0},
+        },
+    },
     "AdvertAnswer": {
         "type": "object",
         "required": ["advert_ttl_seconds"],
@@ -470,9 +481,14 @@ BODIES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("post", "/v1/runs/{run_id}/cancel"): {"200": {"$ref": "#/components/schemas/Run"}},
     ("get", "/v1/nodes"): {"200": {"$ref": "#/components/schemas/Fleet"}},
     ("get", "/v1/asks"): {"200": {"$ref": "#/components/schemas/Asks"}},
+    ("get", "/healthz"): {
+        "200": {"$ref": "#/components/schemas/Health"},
+        "503": {"$ref": "#/components/schemas/Health"},
+    },
     ("post", "/v1/asks/{ask_id}/answer"): {"200": {"$ref": "#/components/schemas/StepResult"}},
 }
 SUCCESS = {
+    "503": "The database is out of reach.",
     "200": "OK",
     "201": "RUNNING: placed at once",
     "202": "QUEUED: it waits for a node (queue_position, wait_reason)",

@@ -16,10 +16,17 @@ heartbeats land on the orphaned inode, never on the new claim or on an open tick
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mediator.tickets.files import (
+    NotATicketFile,
+    content_problem,
+    open_regular,
+    read_fd,
+)
 from mediator.tickets.frontmatter import Document
 from mediator.tickets.model import SESSION_KEYS, format_epoch, with_log_line
 from mediator.tickets.names import Lane
@@ -60,15 +67,19 @@ def claim(queue: QueueDir, ticket_hash: str) -> Held | None:
         ticket_hash: The ticket to claim.
 
     Returns:
-        The held ticket, or None: the caller moves on to its next candidate (tickets.md §1).
+        The held ticket, or None: the caller moves on to its next candidate (tickets.md §1). Also
+        None for a name that is a symlink, not a regular file, a second hard link to some other
+        file, or malformed (issue 12 §8): such a file is skipped, never held, read or written.
     """
+    source = queue.path(ticket_hash, Lane.QUEUED)
+    if not _plain_file(source):
+        return None
     if queue.hard_links:
-        source, target = (
-            queue.path(ticket_hash, Lane.QUEUED),
-            queue.path(ticket_hash, Lane.IN_PROGRESS),
-        )
+        target = queue.path(ticket_hash, Lane.IN_PROGRESS)
         try:
-            os.link(source, target)
+            # follow_symlinks=False: were the name swapped for a symlink since the check above, we
+            # link the symlink itself (and refuse it below), never the file it points at.
+            os.link(source, target, follow_symlinks=False)
         except (FileExistsError, FileNotFoundError):
             # EEXIST: another worker's link came first. ENOENT: it claimed and removed the original.
             return None
@@ -78,6 +89,28 @@ def claim(queue: QueueDir, ticket_hash: str) -> Held | None:
         else:
             return _confirm_link(queue, ticket_hash, source, target)
     return _claim_exclusive(queue, ticket_hash)
+
+
+def _plain_file(path: Path) -> bool:
+    """The check before linking: a regular file with one name (``lstat``, never followed)."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_nlink == 1
+
+
+def _open_valid(path: Path, names: int) -> int | None:
+    """A read/write descriptor on ``path`` if it is a regular, well-formed ticket with exactly
+    ``names`` hard links (a third name would be a file outside the queue); else None."""
+    try:
+        fd = open_regular(path, os.O_RDWR)
+    except (NotATicketFile, FileNotFoundError):
+        return None
+    if os.fstat(fd).st_nlink != names or content_problem(read_fd(fd)) is not None:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _confirm_link(queue: QueueDir, ticket_hash: str, source: Path, target: Path) -> Held | None:
@@ -90,10 +123,13 @@ def _confirm_link(queue: QueueDir, ticket_hash: str, source: Path, target: Path)
     this. So the claim stands only if ``<hash>.md`` still names the inode we linked; while our
     ``.wip`` exists nobody else can claim that name, so the check cannot go stale before the unlink.
     """
-    fd = os.open(target, os.O_RDWR)
+    fd = _open_valid(target, names=2)  # exactly <hash>.md and ours
+    if fd is None:
+        os.unlink(target)  # a symlink or a malformed file swapped in after our check: skip it
+        return None
     ours = os.fstat(fd)
     try:
-        current = os.stat(source)
+        current = os.lstat(source)
     except FileNotFoundError:
         current = None
     if current is None or (current.st_dev, current.st_ino) != (ours.st_dev, ours.st_ino):
@@ -108,7 +144,8 @@ def _claim_exclusive(queue: QueueDir, ticket_hash: str) -> Held | None:
     """The ``O_CREAT|O_EXCL`` claim for file systems without hard links (tickets.md §1)."""
     source, target = queue.path(ticket_hash, Lane.QUEUED), queue.path(ticket_hash, Lane.IN_PROGRESS)
     try:
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)
+        flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(target, flags, 0o644)
     except FileExistsError:
         return None
     try:
@@ -116,12 +153,15 @@ def _claim_exclusive(queue: QueueDir, ticket_hash: str) -> Held | None:
         # previous holder already finished (renamed its .wip to .done), our create succeeded only
         # because the name was free again – claiming now would run a finished ticket twice. Reading
         # the content only now also means we copy the latest version, not one read before.
-        try:
-            data = source.read_bytes()
-        except FileNotFoundError:
+        original = _open_valid(source, names=1)
+        if original is None:  # gone, or a symlink or malformed file: not ours to copy
             os.unlink(target)
             os.close(fd)
             return None
+        try:
+            data = read_fd(original)
+        finally:
+            os.close(original)
         write_all(fd, data)
         os.fsync(fd)  # the content is safe in the .wip before the original goes
         os.unlink(source)
@@ -140,10 +180,10 @@ def _held(queue: QueueDir, ticket_hash: str, path: Path, fd: int) -> Held:
 def still_held(held: Held) -> bool:
     """Whether the ``.wip`` path still names the inode we claimed (tickets.md §1, finishing)."""
     try:
-        stat = os.stat(held.path)
+        status = os.lstat(held.path)  # a symlink put in its place is not our inode
     except FileNotFoundError:
         return False
-    return (stat.st_dev, stat.st_ino) == held.inode
+    return (status.st_dev, status.st_ino) == held.inode
 
 
 def read(held: Held) -> Document:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 from mediator.tickets import store, view
+from mediator.tickets.files import BadInput
 from mediator.tickets.names import SuffixError
 from mediator.tickets.reclaim import DEFAULT_TTL, reclaim_stale
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES, Status
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         handler = _HANDLERS[parsed.command]
         return handler(queue, parsed, command)
-    except SuffixError as error:
+    except (SuffixError, BadInput) as error:
         print(f"tickets: {error}", file=sys.stderr)
         return 2
     except Refused as error:
@@ -56,59 +57,153 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+WORKER_USAGE = "tickets worker [options] -- CMD {path}"
+WORKER_DESCRIPTION = (
+    "Claim the best open ticket, run CMD (with any arguments) on it, record the outcome, repeat. "
+    "In CMD's arguments {path} becomes the claimed .wip file and {hash} the ticket's hash, e.g. "
+    "`tickets worker --queue Q -- my-runner {path}`. Exit 0 finishes the ticket; --asked-exit "
+    "records a question; anything else counts a failure."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    """The ``tickets`` parser. ``allow_abbrev=False`` everywhere (issue 15 §2): a prefix such as
+    ``--js`` is an error, never silently another option; every option's help shows its default."""
+    queue_default = os.environ.get("TICKET_QUEUE")
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument(
         "--queue",
-        default=os.environ.get("TICKET_QUEUE"),
-        help="the queue folder (default: $TICKET_QUEUE)",
+        default=queue_default,
+        metavar="DIR",
+        help=f"the queue folder (default: $TICKET_QUEUE, now {queue_default or 'unset'})",
     )
     parser = argparse.ArgumentParser(
         prog="tickets",
         description="A queue of Markdown tickets whose file names are their state (seed 001).",
+        allow_abbrev=False,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    new = sub.add_parser("new", parents=[common], help="write a new open ticket; prints its hash")
-    new.add_argument("--title", required=True)
-    new.add_argument("--priority", type=int, default=3, help="1–5, 5 most urgent (default 3)")
-    new.add_argument("--dep", action="append", default=[], help="a hash that must be done first")
-    new.add_argument("--body", default="", help="the ticket's text")
+    def command(
+        name: str, text: str, usage: str | None = None, description: str | None = None
+    ) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            usage=usage,
+            description=description or text,
+            allow_abbrev=False,
+        )
 
-    listing = sub.add_parser("list", parents=[common], help="show tickets and the bell")
-    listing.add_argument("--status", choices=[str(s) for s in Status])
-    listing.add_argument("--json", action="store_true", help="print the board's data as JSON")
+    new = command("new", "write a new open ticket; prints its hash")
+    new.add_argument("--title", required=True, help="what is asked (required)")
+    new.add_argument(
+        "--priority", type=int, default=3, help="1–5, 5 most urgent (default: %(default)s)"
+    )
+    new.add_argument(
+        "--dep",
+        action="append",
+        default=[],
+        metavar="HASH",
+        help="a ticket that must be done first; repeat for more (default: none)",
+    )
+    new.add_argument("--body", default="", help="the ticket's text (default: empty)")
 
-    answer = sub.add_parser("answer", parents=[common], help="answer a ticket's question")
-    answer.add_argument("hash")
-    answer.add_argument("text")
-    answer.add_argument("--by", default=_user(), help="who answers (default: your user name)")
+    listing = command("list", "show tickets, totals, the bell and invalid files")
+    listing.add_argument(
+        "--status",
+        choices=[str(s) for s in Status],
+        help="show only tickets in this engine state (default: all)",
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="print the board's data as JSON (default: a table)"
+    )
+
+    answer = command("answer", "answer a ticket's question")
+    answer.add_argument("hash", help="the ticket waiting for an answer")
+    answer.add_argument("text", help="the answer")
+    answer.add_argument("--by", default=_user(), help="who answers (default: %(default)s)")
 
     for name, text in (
         ("unassign", "remove session_id – and nothing else – from an open ticket"),
         ("retry", "forget a ticket's failures so it is dispatched again"),
     ):
-        sub.add_parser(name, parents=[common], help=text).add_argument("hash")
+        command(name, text).add_argument("hash", help="the open ticket")
 
-    reclaim = sub.add_parser("reclaim", parents=[common], help="free dead sessions' tickets")
-    reclaim.add_argument("--ttl", type=float, default=DEFAULT_TTL)
-
-    worker = sub.add_parser(
-        "worker", parents=[common], help="run sessions: tickets worker --queue DIR -- CMD {path}"
+    reclaim = command("reclaim", "free dead sessions' tickets")
+    reclaim.add_argument(
+        "--ttl",
+        type=float,
+        default=DEFAULT_TTL,
+        help="seconds without a heartbeat after which a session is dead (default: %(default)s)",
     )
-    worker.add_argument("--asked-exit", type=int, default=DEFAULT_ASKED_EXIT)
-    worker.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT)
-    worker.add_argument("--ttl", type=float, default=DEFAULT_TTL)
-    worker.add_argument("--max-failures", type=int, default=DEFAULT_MAX_FAILURES)
-    worker.add_argument("--poll", type=float, default=2.0)
-    worker.add_argument("--exit-when-idle", action="store_true")
-    worker.add_argument("--max-tickets", type=int)
 
-    board = sub.add_parser("board", parents=[common], help="serve the board page")
-    board.add_argument("--host", default="127.0.0.1")
-    board.add_argument("--port", type=int, default=8765, help="0 picks a free port")
-    board.add_argument("--refresh-seconds", type=float, default=5.0)
-    board.add_argument("--max-failures", type=int, default=DEFAULT_MAX_FAILURES)
+    worker = command(
+        "worker",
+        "run sessions: tickets worker --queue DIR -- CMD {path}",
+        usage=WORKER_USAGE,
+        description=WORKER_DESCRIPTION,
+    )
+    worker.add_argument(
+        "--asked-exit",
+        type=int,
+        default=DEFAULT_ASKED_EXIT,
+        help="CMD's exit code for 'asked a person a question' (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--heartbeat",
+        type=float,
+        default=DEFAULT_HEARTBEAT,
+        help="seconds between heartbeats while CMD runs (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--ttl",
+        type=float,
+        default=DEFAULT_TTL,
+        help="seconds without a heartbeat after which a session is dead (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--max-failures",
+        type=int,
+        default=DEFAULT_MAX_FAILURES,
+        help="failed sessions after which a ticket rests in the bell (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=float,
+        default=2.0,
+        help="seconds to wait when nothing is to be done (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit when no ticket is a candidate (default: keep waiting)",
+    )
+    worker.add_argument(
+        "--max-tickets",
+        type=int,
+        metavar="N",
+        help="exit after N sessions (default: no limit)",
+    )
+
+    board = command("board", "serve the board page")
+    board.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    board.add_argument(
+        "--port", type=int, default=8765, help="0 picks a free port (default: %(default)s)"
+    )
+    board.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=5.0,
+        help="how often the page re-reads the queue (default: %(default)s)",
+    )
+    board.add_argument(
+        "--max-failures",
+        type=int,
+        default=DEFAULT_MAX_FAILURES,
+        help="failed sessions after which the bell lists a ticket (default: %(default)s)",
+    )
     return parser
 
 
@@ -128,8 +223,9 @@ def _new(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
 
 
 def _list(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
-    verdicts = store.read_snapshot(queue).judge()
-    data = view.board(verdicts, now=time.time())
+    snapshot = store.read_snapshot(queue)
+    verdicts = snapshot.judge()
+    data = view.board(verdicts, now=time.time(), invalid=snapshot.invalid)
     if args.json:
         print(json.dumps(data, ensure_ascii=False, indent=2))
         return 0
@@ -152,6 +248,11 @@ def _list(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
         print(f"bell: {len(bell['answers'])} questions waiting for an answer")
         for item in bell["answers"]:
             print(f"  {item['hash']}  {item['title']}: {item['question']} ({item['days']}d)")
+    if bell["invalid"]:
+        # issue 12 §8: the "invalid" state, with its reason; never given to a worker.
+        print(f"bell: {len(bell['invalid'])} invalid files nobody picks up")
+        for item in bell["invalid"]:
+            print(f"  {item['file']}  invalid: {item['reason']}")
     return 0
 
 
@@ -179,7 +280,7 @@ def _reclaim(queue: QueueDir, args: argparse.Namespace, _: list[str]) -> int:
 
 def _worker(queue: QueueDir, args: argparse.Namespace, command: list[str]) -> int:
     if not command:
-        print("tickets worker: give the command after --, e.g. -- CMD {path}", file=sys.stderr)
+        print(f"tickets worker: give the command after --: {WORKER_USAGE}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="tickets worker: %(message)s")
     worker = Worker(

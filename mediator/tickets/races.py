@@ -2,9 +2,11 @@
 
 Used by the e2e tests (quality.md §4: six processes racing over thousands of tickets claim each
 exactly once, with hard links and with the exclusive-create fallback; the reclaimer never creates
-an "assigned" ticket) and by ``python -m mediator.tickets.races``, which prints the claim
-throughput recorded in docs/performance.md. The functions run in real processes (``spawn``), all
-released at once by a barrier; every wait is bounded.
+an "assigned" ticket; issue 12 §8: eight workers among planted symlinks and garbage dispatch each
+valid ticket once and write nothing outside the queue) and by ``python -m
+mediator.tickets.races``, which prints the claim throughput recorded in docs/performance.md. The
+functions run in real processes (``spawn``), all released at once by a barrier; every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from pathlib import Path
 from queue import Empty
 from typing import Any
 
-from mediator.tickets.claim import claim, close, finish, read, start_session, write
+from mediator.tickets.claim import claim, close, finish, heartbeat, read, start_session, write
 from mediator.tickets.names import Lane, parse_name
 from mediator.tickets.reclaim import reclaim_stale
-from mediator.tickets.store import QueueDir
+from mediator.tickets.rules import candidates
+from mediator.tickets.store import QueueDir, read_snapshot
 
 TIMEOUT = 120.0
 _TICKET = "---\ntitle: race {n}\npriority: 3\ncreated: 2025-01-01T00:00:00Z\nkind: ticket\n---\n"
@@ -210,6 +213,120 @@ def _collect(processes: Sequence[Any], results: Any) -> list[RacerReport]:
             process.join(timeout=TIMEOUT)
             if process.is_alive():
                 process.kill()
+
+
+@dataclass(frozen=True)
+class Traps:
+    """What ``plant_traps`` put in a queue, and the files outside it that must never change.
+
+    Attributes:
+        valid: Hashes of the real tickets.
+        planted: Queue file name → what it is (``symlink``, ``empty``, ``binary`` ...).
+        canaries: Paths outside the queue → (content, mtime_ns) at planting time.
+    """
+
+    valid: tuple[str, ...]
+    planted: dict[str, str]
+    canaries: dict[str, tuple[bytes, int]]
+
+
+def plant_traps(root: Path, outside: Path, count: int, every: int = 5) -> Traps:
+    """``count`` tickets; every ``every``-th slot also gets a trap beside the real tickets.
+
+    The traps: symlinks to canary files outside the queue, named as open tickets, as in-progress
+    tickets and as answers; a hard link to a canary; and garbage – empty, binary, unterminated
+    frontmatter, a FIFO. The canaries look like valid tickets, so following a link would dispatch
+    one. Their content and mtime are recorded for the check that nothing outside was written.
+    """
+    valid = make_tickets(root, count)
+    planted: dict[str, str] = {}
+    canaries: dict[str, tuple[bytes, int]] = {}
+    kinds = ["symlink", "wip symlink", "answer symlink", "hard link"]
+    kinds += ["empty", "binary", "open", "fifo"]
+    for n in range(0, count, every):
+        kind = kinds[(n // every) % len(kinds)]
+        trap = f"trap{n:06d}"
+        canary = outside / f"canary{n:06d}.md"
+        canary.write_text(_TICKET.format(n=f"canary {n}") + "token=do-not-show\n")
+        os.utime(canary, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+        if kind == "symlink":
+            name = f"{trap}.md"
+            (root / name).symlink_to(canary)
+        elif kind == "wip symlink":
+            name = f"{trap}.wip.md"
+            (root / name).symlink_to(canary)
+        elif kind == "answer symlink":
+            name = f"{valid[n]}.answer.1.md"
+            (root / name).symlink_to(canary)
+        elif kind == "hard link":
+            name = f"{trap}.md"
+            os.link(canary, root / name)
+        elif kind == "empty":
+            name = f"{trap}.md"
+            (root / name).write_bytes(b"")
+        elif kind == "fifo":
+            name = f"{trap}.md"
+            os.mkfifo(root / name)
+        elif kind == "binary":
+            name = f"{trap}.md"
+            (root / name).write_bytes(b"---\x00\x89PNG\r\n" + os.urandom(64))
+        else:
+            name = f"{trap}.md"
+            (root / name).write_text("---\ntitle: never closed\npriority: 5\n")
+        planted[name] = kind
+        stat = canary.stat()
+        canaries[str(canary)] = (canary.read_bytes(), stat.st_mtime_ns)
+    return Traps(tuple(valid), planted, canaries)
+
+
+def trap_worker(root: str, hard_links: bool, start: Barrier, results: Any) -> None:
+    """One worker among the traps: the worker's own steps, over and over, until nothing is left.
+
+    Each round: reclaim dead sessions, list, and walk the candidates – claim, start the session,
+    heartbeat, finish – as ``tickets worker`` does. A worker with a stale listing would try names
+    that have since become traps, so every round also tries to claim every trap's name directly:
+    the claim itself must refuse them. A trap that is won, or offered as a candidate, is reported.
+    """
+    queue = QueueDir(Path(root), hard_links=hard_links)
+    traps = sorted(
+        {
+            p.ticket_hash
+            for p in (parse_name(n, queue.suffixes) for n in os.listdir(root))
+            if p and not p.is_answer and p.ticket_hash.startswith("trap")
+        }
+    )
+    won: list[str] = []
+    start.wait(timeout=TIMEOUT)
+    began = time.monotonic()
+    while True:
+        reclaim_stale(queue)
+        offered = [t.hash for t in candidates(read_snapshot(queue).judge())]
+        if not offered:
+            break
+        for ticket_hash in sorted(offered + traps):
+            held = claim(queue, ticket_hash)
+            if held is None:
+                continue
+            won.append(ticket_hash)
+            start_session(held, f"racer-{os.getpid()}", time.time())
+            heartbeat(held, time.time())
+            finish(held, log="done")
+    for ticket_hash in traps:  # one more try at every trap once the queue is empty
+        if claim(queue, ticket_hash) is not None:
+            won.append(ticket_hash)
+    results.put(RacerReport(os.getpid(), tuple(won), began, time.monotonic()))
+
+
+def trap_race(root: Path, *, workers: int = 8, hard_links: bool = True) -> RaceResult:
+    """Runs ``workers`` trap workers over ``root`` (see ``plant_traps``), released together."""
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(workers)
+    results = context.Queue()
+    processes = [
+        context.Process(target=trap_worker, args=(str(root), hard_links, start, results))
+        for _ in range(workers)
+    ]
+    return RaceResult(tuple(_collect(processes, results)))
 
 
 def measure(tickets: int, workers: int, hard_links: bool, repeat: int) -> list[float]:

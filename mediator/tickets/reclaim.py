@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mediator.tickets.files import NotATicketFile, content_problem, read_regular
 from mediator.tickets.frontmatter import Document
 from mediator.tickets.model import (
     SESSION_KEYS,
@@ -70,10 +71,12 @@ def reclaim_one(queue: QueueDir, ticket_hash: str, *, ttl: float, now: float) ->
     """Reclaims one ticket if its ``.wip`` is stale; None when it is alive, gone or taken."""
     path = queue.path(ticket_hash, Lane.IN_PROGRESS)
     try:
-        before = os.stat(path)
-        doc = Document.parse(decode(path.read_bytes()))
-    except FileNotFoundError:
-        return None
+        data, before = read_regular(path)
+    except (FileNotFoundError, NotATicketFile):
+        return None  # gone, or a symlink or non-regular file: never followed (issue 12 §8)
+    if content_problem(data) is not None:
+        return None  # listed as invalid; a person decides what it is
+    doc = Document.parse(decode(data))
     if not is_stale(_heartbeat(doc), before.st_ctime, now=now, ttl=ttl):
         return None
     private = queue.root / private_name(ticket_hash, "reclaim")
@@ -81,8 +84,12 @@ def reclaim_one(queue: QueueDir, ticket_hash: str, *, ttl: float, now: float) ->
         os.rename(path, private)
     except FileNotFoundError:
         return None  # another reclaimer got it, or its worker finished it just now
-    after = os.stat(private)
-    doc = Document.parse(decode(private.read_bytes()))
+    try:
+        data, after = read_regular(private)
+    except NotATicketFile:
+        _put_back(private, path)  # swapped for a symlink between our read and our rename
+        return None
+    doc = Document.parse(decode(data))
     # Judge again on the file we now hold alone: it must be the inode we judged, and still silent.
     # Our rename moved its ctime, so mtime stands in: any write by a live holder moves mtime.
     same = (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
@@ -110,7 +117,7 @@ def _heartbeat(doc: Document) -> float | None:
 def _put_back(private: Path, path: Path) -> None:
     """Returns a file we took by mistake to its ``.wip`` name, keeping its inode."""
     try:
-        os.link(private, path)
+        os.link(private, path, follow_symlinks=False)
     except FileExistsError:
         return  # a new claim holds the name; the old inode stays private and harmless
     except OSError as error:

@@ -15,6 +15,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mediator.tickets.files import (
+    BAD_NAME,
+    InvalidFile,
+    NotATicketFile,
+    check_hash,
+    check_text,
+    content_problem,
+    is_hash,
+    link_problem,
+    open_regular,
+    read_fd,
+    read_regular,
+)
 from mediator.tickets.frontmatter import Document
 from mediator.tickets.model import KIND_ANSWER, KIND_TICKET, Answer, Ticket, format_epoch
 from mediator.tickets.names import (
@@ -63,16 +76,26 @@ class QueueDir:
         return cls(Path(root), Suffixes.from_env(environ), hard_links=not forced)
 
     def path(self, ticket_hash: str, lane: Lane) -> Path:
-        """Where ``ticket_hash`` lives while in ``lane``."""
-        return self.root / self.suffixes.file_name(ticket_hash, lane)
+        """Where ``ticket_hash`` lives while in ``lane``: always a plain name inside ``root``.
+
+        Raises:
+            BadName: When ``ticket_hash`` is not a ticket hash (``..``, a path, ...; issue 12 §8).
+        """
+        return self.root / self.suffixes.file_name(check_hash(ticket_hash), lane)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Every ticket (one row per hash) and answer file in the folder at one listing."""
+    """Every ticket (one row per hash), answer file and invalid file in the folder at one listing.
+
+    ``invalid`` lists the files whose names say "ticket" or "answer" but which the queue refuses
+    (symlinks, non-regular, empty, binary, unterminated frontmatter, ...; see ``files``): they are
+    shown with their reason and never reach the rules, so no worker is ever given one.
+    """
 
     tickets: tuple[Ticket, ...]
     answers: tuple[Answer, ...]
+    invalid: tuple[InvalidFile, ...] = ()
 
     def judge(self, max_failures: int = DEFAULT_MAX_FAILURES) -> tuple[Verdict, ...]:
         """The rules' verdict on every ticket (see ``rules.judge``)."""
@@ -93,34 +116,76 @@ def read_snapshot(queue: QueueDir) -> Snapshot:
     """Lists and reads the folder; files that vanish mid-listing are simply not in the snapshot.
 
     While a claim or a release is between its two steps both ``<hash>.md`` and ``<hash>.wip.md``
-    exist; the later lane wins, since that is where the ticket is going.
+    exist; the later lane wins, since that is where the ticket is going. No symlink is followed
+    and no file is read past ``MAX_TICKET_BYTES`` (issue 12 §8; docs/security.md).
     """
     tickets: dict[str, Ticket] = {}
     answers: list[Answer] = []
+    invalid: list[InvalidFile] = []
     with os.scandir(queue.root) as entries:
         names = [entry.name for entry in entries]
-    for name in names:
+    for name in sorted(names):
         parsed = parse_name(name, queue.suffixes)
         if parsed is None:
             continue
-        try:
-            with open(queue.root / name, "rb") as handle:
-                data = handle.read()
-                mtime = os.fstat(handle.fileno()).st_mtime
-        except (FileNotFoundError, IsADirectoryError):
+        if not is_hash(parsed.ticket_hash):
+            invalid.append(InvalidFile(name, None, BAD_NAME))
             continue
-        doc = Document.parse(data.decode("utf-8", "replace"))
+        try:
+            data, status = read_regular(queue.root / name)
+        except NotATicketFile as error:
+            invalid.append(InvalidFile(name, parsed.ticket_hash, error.reason))
+            continue
+        except FileNotFoundError:
+            continue
+        problem = content_problem(data)
+        if problem is None and parsed.lane is Lane.QUEUED and not parsed.is_answer:
+            problem = _foreign_link(queue, parsed.ticket_hash, status)
+        if problem is not None:
+            invalid.append(InvalidFile(name, parsed.ticket_hash, problem))
+            continue
+        doc = Document.parse(decode(data))
         if parsed.is_answer or doc.get_str("kind") == KIND_ANSWER:
             # tickets.md §5: pickers never treat answer files as tickets.
             number = parsed.answer_number or 0
             answers.append(Answer.from_document(number, name, doc, parsed.ticket_hash))
             continue
         assert parsed.lane is not None
-        ticket = Ticket.from_document(parsed.ticket_hash, parsed.lane, name, doc, mtime)
+        ticket = Ticket.from_document(parsed.ticket_hash, parsed.lane, name, doc, status.st_mtime)
         known = tickets.get(ticket.hash)
         if known is None or _LANE_RANK[ticket.lane] > _LANE_RANK[known.lane]:
             tickets[ticket.hash] = ticket
-    return Snapshot(tuple(tickets.values()), tuple(answers))
+    return Snapshot(tuple(tickets.values()), tuple(answers), tuple(invalid))
+
+
+def _foreign_link(queue: QueueDir, ticket_hash: str, status: os.stat_result) -> str | None:
+    """A second hard link on an open ticket: a claim in flight, or a planted link to elsewhere.
+
+    A claim links ``<hash>.md`` to ``<hash>.wip.md`` before removing the original, so for an
+    instant the open file has two names – the in-progress one, which is no problem.
+    """
+    problem = link_problem(status)
+    if problem is None:
+        return None
+    try:
+        wip = os.lstat(queue.path(ticket_hash, Lane.IN_PROGRESS))
+    except FileNotFoundError:
+        return problem
+    return None if (wip.st_dev, wip.st_ino) == (status.st_dev, status.st_ino) else problem
+
+
+def read_ticket_bytes(queue: QueueDir, file_name: str) -> bytes:
+    """The content of one file in the queue, read without following a symlink.
+
+    Raises:
+        NotATicketFile: When the name is (now) a symlink, not a regular file, or malformed.
+        FileNotFoundError: When it is gone.
+    """
+    data, _ = read_regular(queue.root / file_name)
+    problem = content_problem(data)
+    if problem is not None:
+        raise NotATicketFile(problem)
+    return data
 
 
 def create_ticket(
@@ -139,6 +204,10 @@ def create_ticket(
     """
     if not 1 <= priority <= 5:
         raise Refused(f"priority must be 1–5 (5 most urgent), not {priority}")
+    for dep in deps:
+        check_hash(dep, "--dep")
+    check_text(title, "--title")
+    check_text(body, "--body")
     created = created or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     while True:
         ticket_hash = new_hash(title, created)
@@ -164,6 +233,9 @@ def answer(queue: QueueDir, ticket_hash: str, text: str, by: str, *, now: float)
     Raises:
         Refused: When the ticket is unknown, not open, not waiting, or ``text`` is blank.
     """
+    check_hash(ticket_hash)
+    check_text(text, "text")
+    check_text(by, "by")
     if not text.strip():
         raise Refused("an answer needs some text")
     snapshot = read_snapshot(queue)
@@ -206,11 +278,16 @@ def find(snapshot: Snapshot, ticket_hash: str) -> Verdict:
     """The verdict on one ticket.
 
     Raises:
-        Refused: When no such ticket exists.
+        BadName: When ``ticket_hash`` is not a ticket hash.
+        Refused: When no such ticket exists, or its file is invalid (the reason says why).
     """
+    check_hash(ticket_hash)
     for verdict in snapshot.judge():
         if verdict.ticket.hash == ticket_hash:
             return verdict
+    for bad in snapshot.invalid:
+        if bad.hash == ticket_hash:
+            raise Refused(f"{bad.file_name} is not a valid ticket: {bad.reason}")
     raise Refused(f"no ticket {ticket_hash}")
 
 
@@ -224,7 +301,7 @@ def publish(queue: QueueDir, target: Path, data: bytes) -> bool:
         temporary = queue.root / private_name(target.name, "publish")
         write_exclusive(temporary, data)
         try:
-            os.link(temporary, target)
+            os.link(temporary, target, follow_symlinks=False)
             return True
         except FileExistsError:
             return False
@@ -246,7 +323,8 @@ def write_exclusive(path: Path, data: bytes) -> None:
     Raises:
         FileExistsError: When ``path`` exists.
     """
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    # O_EXCL never follows a symlink: a planted link at ``path`` makes this fail with EEXIST.
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -270,16 +348,27 @@ def _edit_open(
 ) -> None:
     path = queue.path(ticket_hash, Lane.QUEUED)
     try:
-        before = os.stat(path)
-        doc = Document.parse(decode(path.read_bytes()))
+        fd = open_regular(path)
     except FileNotFoundError:
         raise Refused(f"no open ticket {ticket_hash}") from None
+    except NotATicketFile as error:
+        what = "a symbolic link; not followed" if "symbolic" in error.reason else error.reason
+        raise Refused(f"{path.name} is {what}") from None
+    try:
+        before = os.fstat(fd)
+        data = read_fd(fd)
+    finally:
+        os.close(fd)
+    problem = content_problem(data) or link_problem(before)
+    if problem is not None:
+        raise Refused(f"{path.name} is not a valid ticket: {problem}")
+    doc = Document.parse(decode(data))
     if doc.get(needed) is None:
         raise Refused(f"ticket {ticket_hash} has no {needed}")
     temporary = queue.root / private_name(ticket_hash, "edit")
     write_exclusive(temporary, encode(edit(doc).render()))
     try:
-        now = os.stat(path)
+        now = os.lstat(path)
     except FileNotFoundError:
         os.unlink(temporary)
         raise Refused(f"ticket {ticket_hash} changed while it was edited; try again") from None
@@ -290,4 +379,5 @@ def _edit_open(
     ):
         os.unlink(temporary)
         raise Refused(f"ticket {ticket_hash} changed while it was edited; try again")
+    # Replaces the name itself: a symlink put there meanwhile is replaced, never written through.
     os.replace(temporary, path)

@@ -9,7 +9,10 @@ seed 001 and tickets.md §3–4:
 * an "assigned" ticket sits in no lane, so the total can exceed the lane sum and says
   "(N undispatched, see the bell)";
 * the bell lists every ticket nobody picks up – assigned, failed out, impossible deps – and every
-  question waiting for an answer, never filtered, never truncated, with no dismiss.
+  question waiting for an answer, never filtered, never truncated, with no dismiss;
+* a file the queue refuses (a symlink, empty, binary, an unclosed frontmatter; issue 12 §8) is in
+  the "invalid" state: in no lane, listed with its reason on the board and in the bell, and never
+  dispatched – nothing may die silently.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from mediator.tickets.files import InvalidFile
 from mediator.tickets.model import FIELDS, elapsed_days, format_time
 from mediator.tickets.names import Lane
 from mediator.tickets.rules import Reason, Status, Verdict
@@ -58,7 +62,15 @@ def card(verdict: Verdict, *, now: float) -> Json:
     }
 
 
-def bell(verdicts: Iterable[Verdict], *, now: float) -> Json:
+def invalid_files(invalid: Iterable[InvalidFile]) -> list[Json]:
+    """The invalid files, by name: the file, the hash its name carries, and the reason."""
+    return [
+        {"file": bad.file_name, "hash": bad.hash, "reason": bad.reason}
+        for bad in sorted(invalid, key=lambda bad: bad.file_name)
+    ]
+
+
+def bell(verdicts: Iterable[Verdict], *, now: float, invalid: Iterable[InvalidFile] = ()) -> Json:
     """The header bell: everything that needs a person, complete and in dispatch order."""
     stuck, answers = [], []
     for verdict in verdicts:
@@ -85,33 +97,50 @@ def bell(verdicts: Iterable[Verdict], *, now: float) -> Json:
                     "days": elapsed_days(verdict.answer_waiting_since, now),
                 }
             )
-    return {"count": len(stuck) + len(answers), "stuck": stuck, "answers": answers}
+    bad = invalid_files(invalid)
+    return {
+        "count": len(stuck) + len(answers) + len(bad),
+        "stuck": stuck,
+        "answers": answers,
+        "invalid": bad,
+    }
 
 
-def totals(verdicts: Iterable[Verdict]) -> Json:
-    """The board's total: every ticket, and how many of them sit in no lane (seed 001)."""
+def totals(verdicts: Iterable[Verdict], invalid: int = 0) -> Json:
+    """The board's total: every ticket, how many sit in no lane (seed 001), and invalid files."""
     all_verdicts = list(verdicts)
     undispatched = sum(1 for v in all_verdicts if v.lane is None)
     text = f"{len(all_verdicts)} ticket{'' if len(all_verdicts) == 1 else 's'}"
     if undispatched:
         text += f" ({undispatched} undispatched, see the bell)"
+    if invalid:
+        text += f" · {invalid} invalid file{'' if invalid == 1 else 's'} (see the bell)"
     return {
         "tickets": len(all_verdicts),
         "in_lanes": len(all_verdicts) - undispatched,
         "undispatched": undispatched,
+        "invalid": invalid,
         "text": text,
     }
 
 
-def board(verdicts: Iterable[Verdict], *, now: float, done_limit: int = DONE_LANE_LIMIT) -> Json:
+def board(
+    verdicts: Iterable[Verdict],
+    *,
+    now: float,
+    done_limit: int = DONE_LANE_LIMIT,
+    invalid: Iterable[InvalidFile] = (),
+) -> Json:
     """The whole board page's data.
 
     Args:
         verdicts: ``rules.judge`` output (open tickets already in dispatch order).
         now: Epoch seconds, for the answer badges' elapsed days.
         done_limit: The done lane shows this many, newest first, and says how many there are.
+        invalid: The files the queue refuses (``Snapshot.invalid``), shown with their reasons.
     """
     all_verdicts = list(verdicts)
+    bad = list(invalid)
     lanes = []
     for lane in Lane:
         members = [v for v in all_verdicts if v.lane is lane]
@@ -129,8 +158,9 @@ def board(verdicts: Iterable[Verdict], *, now: float, done_limit: int = DONE_LAN
     return {
         "lanes": lanes,
         "unlaned": [card(v, now=now) for v in all_verdicts if v.lane is None],
-        "bell": bell(all_verdicts, now=now),
-        "totals": totals(all_verdicts),
+        "invalid": invalid_files(bad),
+        "bell": bell(all_verdicts, now=now, invalid=bad),
+        "totals": totals(all_verdicts, len(bad)),
         "statuses": [str(status) for status in Status],
     }
 

@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from mediator.tickets.claim import Held, claim, finish, heartbeat, read, release, start_session
+from mediator.tickets.files import MAX_TEXT_CHARS, NotATicketFile, open_regular, read_fd
 from mediator.tickets.model import format_epoch, parse_count, with_log_line
 from mediator.tickets.reclaim import DEFAULT_TTL, reclaim_stale
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES, candidates
@@ -42,6 +43,20 @@ log = logging.getLogger(__name__)
 DEFAULT_ASKED_EXIT = 3
 DEFAULT_HEARTBEAT = 60.0
 _ERROR_TAIL = 400
+
+
+def _read_question(path: Path) -> str:
+    """The session's question: a regular file (never followed), at most ``MAX_TEXT_CHARS``."""
+    try:
+        fd = open_regular(path)
+    except (FileNotFoundError, NotATicketFile):
+        return ""
+    try:
+        data = read_fd(fd, MAX_TEXT_CHARS)
+    finally:
+        os.close(fd)
+    text = data.decode("utf-8", "replace").strip()
+    return text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + " …(cut)"
 
 
 class Outcome(StrEnum):
@@ -147,7 +162,7 @@ class Worker:
         with tempfile.TemporaryDirectory(prefix="ticket-session-") as scratch:
             question_file = Path(scratch) / "question"
             code, stderr = self._run_command(held, session_id, question_file, snapshot)
-            question = question_file.read_text().strip() if question_file.exists() else ""
+            question = _read_question(question_file)
         now = time.time()
         stamp = format_epoch(now)
         if code == 0:

@@ -268,6 +268,35 @@ def test_the_total_says_how_many_are_undispatched_and_the_bell_lists_them(
     expect(page.locator("#bell-count")).to_have_text("4")
 
 
+def test_invalid_files_are_shown_with_their_reason_and_a_symlink_is_never_followed(
+    page: Page, board: Board, tmp_path: Path
+) -> None:
+    """Issue 12 §8: the "invalid" state is visible on the board and in the bell, with its reason."""
+    victim = tmp_path / "tokens.md"
+    victim.write_text("---\ntitle: the tokens file\n---\ntoken=s3cr3t\n")
+    (board.queue.root / "bbbbbbbbbbb2.md").symlink_to(victim)
+    (board.queue.root / "aaaaaaaaaaa1.md").write_bytes(b"")
+    page.goto(board.url)
+    expect(page.locator("#totals")).to_have_text(
+        "9 tickets (1 undispatched, see the bell) · 2 invalid files (see the bell)"
+    )
+    rows = page.locator("#invalid li")
+    expect(rows).to_have_text(
+        [
+            "aaaaaaaaaaa1.md invalid: empty",
+            "bbbbbbbbbbb2.md invalid: a symbolic link (never followed)",
+        ]
+    )
+    expect(page.locator("#bell-count")).to_have_text("6")  # 4 as before, and the two files
+    page.click("#bell-button")
+    expect(page.locator("#bell-invalid-title")).to_have_text("2 invalid files nobody picks up")
+    expect(page.locator("#bell-invalid li")).to_have_count(2)
+    assert "s3cr3t" not in page.content() and "tokens file" not in page.content()
+
+    (board.queue.root / "aaaaaaaaaaa1.md").unlink()  # a person removes it: it leaves by itself
+    expect(rows).to_have_count(1)
+
+
 def test_unassign_from_the_bell_removes_only_the_session_id(page: Page, board: Board) -> None:
     t = board.tickets
     path = board.queue.path(t.assigned, Lane.QUEUED)

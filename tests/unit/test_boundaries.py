@@ -1,19 +1,27 @@
 """Import boundaries (seed 003 §8, api.md §5): a walk over the source that fails on a violation.
 
 Every ``.py`` file under a rule's source folder is parsed for imports only (tests included, as the
-seed asks: a test importing the store would need a database). A rule whose folder does not exist
-yet is listed in the run's summary as "not checked" — never counted as passed, never a skip.
+seed asks: a test importing the store would need a database). The panel is not Python: it is
+static files under ``mediator/api/ui`` (seed 003 §8.1, "화면은 정적 파일이다"), so its rule reads
+the references of its ``.js``, ``.html`` and ``.css`` files instead – every module and stylesheet
+it loads is one of its own files, nothing comes from another host, and only ``api.js`` talks to
+the server, over HTTP.
+
+A checker that finds nothing to check must not pass (issue 12 §6: the panel's rule used to check
+0 ``.py`` files and count as passed). Each rule reports ``N checked · M skipped`` (M: files under
+its folders that are not of its kind) in the run's summary, and a rule that checked no file fails.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOT_CHECKED
+from tests.conftest import BOUNDARIES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +40,16 @@ class Rule:
     sources: tuple[str, ...]  # files or folders, relative to the project root
     forbidden: tuple[str, ...] = ()  # module prefixes that must not be imported
     allowed_mediator: tuple[str, ...] | None = None  # if set: the only mediator modules allowed
+    static: bool = False  # the panel's static files instead of Python imports
+    network_module: str = "api.js"  # static rules: the one file that may talk to the server
 
 
 RULES = (
-    Rule("the panel does not import the store or the API internals", ("mediator/api/ui",),
-         ("mediator.store", "mediator.api", "mediator.flows", "psycopg")),
+    Rule("the panel is static files that reach the Mediator only over HTTP, through api.js",
+         ("mediator/api/ui",), static=True),
+    Rule("the ticket queue does not import the Mediator's store, API or orchestration",
+         ("mediator/tickets",), ("mediator.store", "mediator.api", "mediator.flows",
+                                 "mediator.lifecycle", "mediator.pg", "psycopg")),
     Rule("enode does not import the panel, the store or the API internals", ("mediator/enode",),
          ("mediator.api", "mediator.store", "mediator.flows", "psycopg")),
     Rule("the contract module and the matcher import nothing that does I/O",
@@ -71,36 +84,139 @@ def _matches(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-def violations(rule: Rule) -> list[str]:
-    out = []
+STATIC_KINDS = (".js", ".html", ".css")
+# What a browser loads or calls: ES module specifiers, script/stylesheet sources, CSS imports/urls.
+_JS_IMPORT = re.compile(
+    r"""(?:^|[;\s])(?:import|export)\b[^;'"]*?\bfrom\s*["']([^"']+)["']"""
+    r"""|(?:^|[;\s])import\s*\(?\s*["']([^"']+)["']""",
+    re.M,
+)
+_HTML_LOAD = re.compile(
+    r"""<(?:script|link|img|iframe)\b[^>]*?\b(?:src|href)\s*=\s*["']([^"']*)["']""", re.I
+)
+_CSS_LOAD = re.compile(r"""@import\s+["']([^"']+)["']|url\(\s*["']?([^"')]+)""")
+_NETWORK = re.compile(r"\b(?:fetch|XMLHttpRequest|EventSource|WebSocket|sendBeacon)\s*\(")
+
+
+def sources_of(rule: Rule, root: Path) -> tuple[list[Path], list[Path]]:
+    """The files a rule checks, and the files under its folders it skips (not of its kind)."""
+    kinds = STATIC_KINDS if rule.static else (".py",)
+    checked: list[Path] = []
+    skipped: list[Path] = []
     for src in rule.sources:
-        base = ROOT / src
-        files = [base] if base.is_file() else sorted(base.rglob("*.py"))
+        base = root / src
+        files = [base] if base.is_file() else sorted(base.rglob("*")) if base.is_dir() else []
         for f in files:
-            for line, module in imports_of(f):
-                bad = any(_matches(module, p) for p in rule.forbidden)
-                if rule.allowed_mediator is not None and _matches(module, "mediator"):
-                    # `from mediator import Mediator` yields "mediator" and "mediator.Mediator";
-                    # only real submodules count, which are files or folders under mediator/.
-                    sub = module.split(".")
-                    is_module = len(sub) > 1 and (
-                        (ROOT / "mediator" / sub[1]).with_suffix(".py").exists()
-                        or (ROOT / "mediator" / sub[1]).is_dir()
-                    )
-                    name = ".".join(sub[:2]) if is_module else "mediator"
-                    bad = bad or name not in rule.allowed_mediator
-                if bad:
-                    out.append(f"{f.relative_to(ROOT)}:{line} imports {module}")
+            if f.is_dir() or "__pycache__" in f.parts:
+                continue
+            (checked if f.suffix in kinds else skipped).append(f)
+    return checked, skipped
+
+
+def static_violations(rule: Rule, files: list[Path]) -> list[str]:
+    """The panel's files load only each other, from no other host, and only one calls the server."""
+    out = []
+    for f in files:
+        text = f.read_text("utf-8")
+        if f.suffix == ".js":
+            loads = [a or b for a, b in _JS_IMPORT.findall(text)]
+        elif f.suffix == ".html":
+            # Only what the page loads; an <a href> to another site is a link a person follows.
+            loads = [m for m in _HTML_LOAD.findall(text) if not m.startswith(("#", "data:"))]
+        else:
+            loads = [a or b for a, b in _CSS_LOAD.findall(text) if not (a or b).startswith("data:")]
+        for target in loads:
+            local = not re.match(r"^(?:[a-z]+:)?//", target, re.I) and not target.startswith("/")
+            if not local or not (f.parent / target).resolve().is_file():
+                out.append(f"{f.relative_to(ROOT)} loads {target} (not a panel file)")
+            elif not (f.parent / target).resolve().is_relative_to(f.parent.resolve()):
+                out.append(f"{f.relative_to(ROOT)} loads {target} from outside the panel")
+        if f.suffix == ".js" and f.name != rule.network_module and _NETWORK.search(text):
+            out.append(f"{f.relative_to(ROOT)} talks to the server; only {rule.network_module} may")
     return out
+
+
+def violations(rule: Rule) -> list[str]:
+    files, _ = sources_of(rule, ROOT)
+    if rule.static:
+        return static_violations(rule, files)
+    out = []
+    for f in files:
+        for line, module in imports_of(f):
+            bad = any(_matches(module, p) for p in rule.forbidden)
+            if rule.allowed_mediator is not None and _matches(module, "mediator"):
+                # `from mediator import Mediator` yields "mediator" and "mediator.Mediator";
+                # only real submodules count, which are files or folders under mediator/.
+                sub = module.split(".")
+                is_module = len(sub) > 1 and (
+                    (ROOT / "mediator" / sub[1]).with_suffix(".py").exists()
+                    or (ROOT / "mediator" / sub[1]).is_dir()
+                )
+                name = ".".join(sub[:2]) if is_module else "mediator"
+                bad = bad or name not in rule.allowed_mediator
+            if bad:
+                out.append(f"{f.relative_to(ROOT)}:{line} imports {module}")
+    return out
+
+
+def summary(rule: Rule) -> str:
+    """``N checked · M skipped`` for one rule (issue 12 §6)."""
+    checked, skipped = sources_of(rule, ROOT)
+    return f"{len(checked)} checked · {len(skipped)} skipped  {rule.name}"
+
+
+def check(rule: Rule) -> None:
+    """Issue 12 §6: a rule that matched no file fails instead of passing vacuously."""
+    checked, _ = sources_of(rule, ROOT)
+    assert checked, f"{rule.name}: matched no file under {rule.sources}; the rule checks nothing"
+    assert violations(rule) == []
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
 def test_import_boundary(rule):
-    present = [s for s in rule.sources if (ROOT / s).exists()]
-    if not present:
-        NOT_CHECKED.append(f"not checked (folder does not exist yet): {rule.name} — {rule.sources}")
-        return
-    assert violations(rule) == []
+    BOUNDARIES.append(summary(rule))
+    check(rule)
+
+
+def test_a_rule_that_matches_no_file_fails():
+    """The old panel rule read ``.py`` files in a folder of ``.js``, ``.html`` and ``.css``."""
+    old_panel = Rule("old panel rule", ("mediator/api/ui",), ("mediator.store",))
+    checked, skipped = sources_of(old_panel, ROOT)
+    assert checked == [] and len(skipped) >= 3
+    with pytest.raises(AssertionError, match="matched no file"):
+        check(old_panel)
+
+
+def test_every_rule_checks_at_least_one_file_today():
+    counts = {rule.name: len(sources_of(rule, ROOT)[0]) for rule in RULES}
+    assert all(n >= 1 for n in counts.values()), counts
+    assert summary(RULES[0]).startswith(f"{counts[RULES[0].name]} checked · 0 skipped")
+
+
+def test_the_panel_rule_sees_its_violations(tmp_path):
+    """Not a tautology either: a CDN script, a reach outside the folder, a stray fetch."""
+    ui = tmp_path / "mediator" / "api" / "ui"
+    ui.mkdir(parents=True)
+    (ui / "api.js").write_text("export const get = (p) => fetch(p);\n")
+    (ui / "ok.js").write_text('import { get } from "./api.js";\n')
+    (ui / "bad.js").write_text(
+        'import { x } from "https://cdn.example/x.js";\nimport "../../store/db.py";\n'
+        "fetch('/v1/runs');\n"
+    )
+    (ui / "index.html").write_text(
+        '<script src="https://cdn.example/y.js"></script>\n'
+        '<a href="http://elsewhere/">a link is fine</a>\n'
+    )
+    globals()["ROOT"], saved = tmp_path, ROOT
+    try:
+        assert violations(RULES[0]) == [
+            "mediator/api/ui/bad.js loads https://cdn.example/x.js (not a panel file)",
+            "mediator/api/ui/bad.js loads ../../store/db.py (not a panel file)",
+            "mediator/api/ui/bad.js talks to the server; only api.js may",
+            "mediator/api/ui/index.html loads https://cdn.example/y.js (not a panel file)",
+        ]
+    finally:
+        globals()["ROOT"] = saved
 
 
 def test_the_checker_sees_a_violation(tmp_path):
@@ -110,7 +226,7 @@ def test_the_checker_sees_a_violation(tmp_path):
     (bad / "daemon.py").write_text("from mediator.store import db\nimport json\n")
     globals()["ROOT"], saved = tmp_path, ROOT
     try:
-        assert violations(RULES[1]) == [
+        assert violations(RULES[2]) == [
             "mediator/enode/daemon.py:1 imports mediator.store",
             "mediator/enode/daemon.py:1 imports mediator.store.db",
         ]

@@ -79,14 +79,16 @@ def test_a_link_to_a_finished_inode_is_not_a_claim(
     """
     queue = QueueDir(tmp_path)
     h = create_ticket(queue, "Race")
-    source = queue.path(h, Lane.QUEUED)
-    looked_up = tmp_path / "looked-up"
-    os.link(source, looked_up)  # what our lookup found: the inode of the open ticket
     winner = claim(queue, h)
-    assert winner is not None and finish(winner)
+    assert winner is not None
+    looked_up = tmp_path / "looked-up"
+    os.link(winner.path, looked_up)  # what our lookup found: the inode of the open ticket
+    assert finish(winner)
 
     real_link = os.link
-    monkeypatch.setattr(claiming.os, "link", lambda _src, dst: real_link(looked_up, dst))
+    # Our pre-link check (a plain file, one name) ran before the winner removed <hash>.md.
+    monkeypatch.setattr(claiming, "_plain_file", lambda _path: True)
+    monkeypatch.setattr(claiming.os, "link", lambda _src, dst, **_: real_link(looked_up, dst))
     assert claim(queue, h) is None
     os.unlink(looked_up)
     assert names(queue) == [f"{h}.done.md"]
@@ -95,7 +97,7 @@ def test_a_link_to_a_finished_inode_is_not_a_claim(
 def test_without_hard_links_the_claim_falls_back_by_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(*_: object) -> None:
+    def refuse(*_: object, **__: object) -> None:
         raise OSError(errno.EPERM, "Operation not permitted")  # as on FUSE and SMB mounts
 
     queue = QueueDir(tmp_path)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from mediator.tickets.cli import main
+from mediator.tickets.cli import _parser, main
 from mediator.tickets.frontmatter import Document
 
 
@@ -110,3 +112,54 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert run(capsys, "worker", "--queue", str(tmp_path))[0] == 2  # no command after --
     assert run(capsys, "list", "--queue", str(tmp_path / "missing"))[0] == 2
     assert run(capsys, "new", "--queue", str(tmp_path), "--title", "x", "--priority", "9")[0] == 1
+
+
+# ---- issue 15 §2: flags as written, every option explained -----------------------------------
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_a_prefix_of_an_option_is_refused_not_guessed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--js`` was silently taken as ``--json`` (argparse's prefix matching); now an error."""
+    for argv in (
+        ["list", "--js", "--queue", str(tmp_path)],
+        ["list", "--que", str(tmp_path)],
+        ["new", "--title", "x", "--prio", "4", "--queue", str(tmp_path)],
+        ["worker", "--exit-when", "--queue", str(tmp_path), "--", "true"],
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2, argv
+        assert "unrecognized arguments" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+    assert all(not p.allow_abbrev for p in (_parser(), *subcommands().values()))
+
+
+def test_every_option_has_help_that_shows_its_default() -> None:
+    missing = []
+    for name, parser in subcommands().items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            text = action.help or ""
+            if not text:
+                missing.append(f"{name} {action.dest}: no help")
+            elif action.option_strings and "default" not in text and not action.required:
+                missing.append(f"{name} {'/'.join(action.option_strings)}: no default shown")
+    assert missing == []
+
+
+def test_worker_help_shows_the_command_after_the_double_dash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["worker", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: tickets worker [options] -- CMD {path} ")
+    assert "{hash}" in out
+    assert "--heartbeat HEARTBEAT seconds between heartbeats while CMD runs (default: 60.0)" in out

@@ -31,6 +31,7 @@ def test_assigned_tickets_make_the_total_exceed_the_lane_sum() -> None:
         "tickets": 4,
         "in_lanes": 3,
         "undispatched": 1,
+        "invalid": 0,
         "text": "4 tickets (1 undispatched, see the bell)",
     }
     assert [c["hash"] for c in board["unlaned"]] == ["d"]

@@ -127,6 +127,9 @@ function drawLanes(data) {
     }
   }
   $("#unlaned .cards").replaceChildren(...data.unlaned.map(cardNode));
+  // Files the queue refuses (issue 12 §8): in no lane, never dispatched, always shown with why.
+  $("#invalid").hidden = data.invalid.length === 0;
+  $("#invalid ul").replaceChildren(...data.invalid.map(invalidItem));
   drawFilterChoices(data.statuses);
   applyFilter();
 }
@@ -147,6 +150,15 @@ function applyFilter() {
 }
 
 // ---- the bell ----------------------------------------------------------------------------------
+
+function invalidItem(item) {
+  return el(
+    "li",
+    { class: "invalid-file", "data-file": item.file },
+    el("span", { class: "file", text: item.file }),
+    el("span", { class: "details", text: ` invalid: ${item.reason}` }),
+  );
+}
 
 function drawBell(bell) {
   const count = $("#bell-count");
@@ -199,6 +211,11 @@ function drawBell(bell) {
       ),
     ),
   );
+
+  const invalidTitle = $("#bell-invalid-title");
+  invalidTitle.hidden = bell.invalid.length === 0;
+  invalidTitle.textContent = `${bell.invalid.length} invalid files nobody picks up`;
+  $("#bell-invalid").replaceChildren(...bell.invalid.map(invalidItem));
 }
 
 async function act(action, hash) {

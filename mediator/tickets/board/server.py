@@ -18,10 +18,12 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel
 
 from mediator.tickets import store, view
+from mediator.tickets.files import BadInput, NotATicketFile
 from mediator.tickets.frontmatter import Document, render_value
 from mediator.tickets.rules import DEFAULT_MAX_FAILURES
 from mediator.tickets.store import QueueDir, Refused
@@ -58,6 +60,18 @@ def create_app(
     async def refused(_: Any, error: Refused) -> JSONResponse:
         return JSONResponse({"error": str(error)}, status_code=409)
 
+    @app.exception_handler(BadInput)
+    async def bad_input(_: Any, error: BadInput) -> JSONResponse:
+        # issue 12 §8: a name that would leave the queue folder, or text over the limit, is bad
+        # input named by its field – a 400, never a traceback.
+        return JSONResponse({"error": str(error)}, status_code=400)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(_: Any, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=400)
+
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
@@ -74,8 +88,8 @@ def create_app(
 
     @app.get("/api/board")
     def board() -> dict[str, Any]:
-        verdicts = store.read_snapshot(queue).judge(max_failures)
-        data = view.board(verdicts, now=clock())
+        snapshot = store.read_snapshot(queue)
+        data = view.board(snapshot.judge(max_failures), now=clock(), invalid=snapshot.invalid)
         data["refresh_ms"] = round(refresh_seconds * 1000)
         return data
 
@@ -83,18 +97,19 @@ def create_app(
     def help_table() -> list[dict[str, Any]]:
         return view.help_table()
 
-    @app.get("/api/tickets/{ticket_hash}")
-    def detail(ticket_hash: str) -> dict[str, Any]:
+    @app.get("/api/tickets/{ticket_hash}", response_model=None)
+    def detail(ticket_hash: str) -> dict[str, Any] | JSONResponse:
         snapshot = store.read_snapshot(queue)
         try:
             verdict = store.find(snapshot, ticket_hash)
-        except Refused:
-            raise HTTPException(404, f"no ticket {ticket_hash}") from None
+        except Refused as error:
+            return JSONResponse({"error": str(error)}, status_code=404)
         try:
-            text = (queue.root / verdict.ticket.file_name).read_text("utf-8", "replace")
-        except FileNotFoundError:
-            raise HTTPException(404, f"ticket {ticket_hash} just moved; reload") from None
-        doc = Document.parse(text)
+            data = store.read_ticket_bytes(queue, verdict.ticket.file_name)
+        except (FileNotFoundError, NotATicketFile):
+            # Renamed or replaced since the listing; never read through a symlink (issue 12 §8).
+            raise HTTPException(404, f"ticket {ticket_hash} just changed; reload") from None
+        doc = Document.parse(store.decode(data))
         answers = [a for a in snapshot.answers if a.ticket == ticket_hash]
         return {
             "card": view.card(verdict, now=clock()),
