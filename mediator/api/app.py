@@ -10,7 +10,7 @@ internal path, a stack trace or SQL (SECURITY-15).
 from __future__ import annotations
 
 import contextlib
-import json
+import difflib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed, StreamGauge, StreamsFull
-from mediator.api.limits import BodyLimit
+from mediator.api.limits import BadRequest, BodyLimit, decode
 from mediator.api.metrics import Metrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
 from mediator.api.openapi import install as install_openapi
@@ -39,6 +39,7 @@ from mediator.flows import Mediator
 log = logging.getLogger("mediator.api")
 
 MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
+MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 UI_DIR = Path(__file__).with_name("ui")
 
 
@@ -48,9 +49,8 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
 
 # FastAPI resolves annotations by name at import time: the alias must live at module level.
 Auth = Annotated[str | None, Header(alias="Authorization")]
-# Path integers within the columns they are looked up in (issue 15 §1: out of range is 400).
-Seq = Annotated[int, PathParam(ge=0, le=2**31 - 1)]
-AskId = Annotated[int, PathParam(ge=1, le=MAX_EVENT_ID)]
+Seq = Annotated[int, PathParam(ge=0, le=MAX_INT)]
+AskId = Annotated[int, PathParam(ge=1, le=MAX_INT)]
 NodeId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=64)]
 RecordFile = Annotated[str, PathParam(min_length=1, max_length=1024)]
 
@@ -69,6 +69,17 @@ def _instant(text: str | None, field: str) -> datetime | None:
             field=field,
         )
     return value
+
+
+def _known_fields(request: Request, parents: list[str]) -> list[str]:
+    """The field names of the body model at ``parents`` (for "did you mean", issue 15 §3)."""
+    route = request.scope.get("route")
+    info = getattr(getattr(route, "body_field", None), "field_info", None)
+    model: Any = getattr(info, "annotation", None)
+    for name in parents:
+        fields = getattr(model, "model_fields", {})
+        model = fields[name].annotation if name in fields else None
+    return list(getattr(model, "model_fields", {}))
 
 
 # ---- request bodies ---------------------------------------------------------------------------
@@ -96,7 +107,7 @@ class ClaimBody(_Body):
 class ResultBody(_Body):
     node_id: str
     instance: str | None = None
-    attempt: int
+    attempt: Annotated[int, Field(ge=1, le=MAX_INT)]
     outcome: str
     log: str = ""
 
@@ -151,6 +162,12 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         field = ".".join(loc) or None
         msg = first.get("msg", "invalid request")
         where = f"{field}: " if field else ""
+        if first.get("type") == "extra_forbidden" and loc:
+            # Issue 15 §3: name the unknown field and the closest known one.
+            known = _known_fields(request, loc[:-1])
+            close = difflib.get_close_matches(loc[-1], known, n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"use {', '.join(known)}."
+            return _error(400, "unknown_field", f"{field} is not a known field; {hint}", field)
         return _error(400, "invalid_request", f"{where}{msg}.", field)
 
     @app.exception_handler(StarletteHTTPException)
@@ -198,10 +215,16 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         if not (p.dev or p.admin or p.role in roles):
             raise Forbidden(f"This route needs the {' or '.join(roles)} role.", code="wrong_role")
 
+    def require_node(p: Principal) -> None:
+        """Node routes need a node token: an admin may cancel and answer but never act as a
+        node (issue 11 §11, docs/security.md "Threat model")."""
+        if not (p.dev or p.role == "node"):
+            raise Forbidden("This route needs a node's own token.", code="wrong_role")
+
     def as_node(p: Principal, node_id: str) -> None:
         """A node acts only for itself: the principal bound at its first advert (§9)."""
-        require(p, "node")
-        if p.dev or p.admin:
+        require_node(p)
+        if p.dev:
             return
         owner = med.node_principal(node_id)
         if owner is None:
@@ -213,7 +236,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     @app.post("/v1/nodes", tags=["nodes"])
     def post_advert(body: AdvertBody, authorization: Auth = None) -> dict[str, Any]:
         p = caller(authorization)
-        require(p, "node")
+        require_node(p)
         ttl = med.advert(
             body.node_id,
             body.capabilities,
@@ -270,11 +293,14 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     ) -> JSONResponse:
         p = caller(authorization)
         require(p, "client")
-        raw = await request.body()
-        try:
-            doc = json.loads(raw) if raw else None
-        except (ValueError, UnicodeDecodeError):
-            raise ContractError("The body is not valid JSON.", field=None) from None
+        # BodyLimit decoded and checked the body already (depth, numbers, duplicates, text).
+        doc = getattr(request.state, "json_body", None)
+        if doc is None:
+            raw = await request.body()
+            try:
+                doc = decode(raw) if raw else None
+            except BadRequest as exc:
+                raise ContractError(exc.message, field=exc.field, code=exc.code) from None
         if not isinstance(doc, dict):
             raise ContractError("The contract must be a JSON object.", field=None)
         sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)

@@ -95,7 +95,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "run_id": {"type": "string", "pattern": ID_PATTERN, "maxLength": 64},
     "node_id": {"type": "string", "pattern": ID_PATTERN, "maxLength": 64},
     "seq": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-    "ask_id": {"type": "integer", "minimum": 1, "maximum": MAX_EVENT_ID},
+    "ask_id": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
     "file": {"type": "string", "minLength": 1, "maxLength": 1024},
     "state": {
         "type": "string",
