@@ -8,6 +8,7 @@ docs/design.md §9: the run row first, then steps, leases, asks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -745,21 +746,27 @@ class Mediator(LifecycleMixin):
             contract = tx.live_contract(run_id) or {}
             needs = {r: dict(n) for r, n in (contract.get("roles") or {}).items()}
             fleet = tx.fleet_for(needs)  # the wait reason needs only this run's candidates
-        adverts, busy, draining = self._view(fleet)
-        res = match(needs, adverts, busy | draining, self.config.max_width)
-        if isinstance(res, Reject):
-            reason = res.as_dict()
-            cands = set(reason.get("candidates") or ())
-            reason["busy"] = sorted(cands & busy)
-            reason["draining"] = sorted(cands & draining)
-        else:
-            reason = {
-                "code": "PROMOTABLE",
-                "message": "A matching node is free now; the next wake promotes this run.",
-            }
+        reason = self._wait_reason(needs, fleet)
         return Run(
             **{**run.__dict__, "steps": steps, "queue_position": position, "wait_reason": reason}
         )
+
+    def _wait_reason(
+        self, needs: dict[str, dict[str, Any]], fleet: Iterable[FleetNode]
+    ) -> dict[str, Any]:
+        """A queued run's ``wait_reason``: the reject a dry match against the fleet gives now."""
+        adverts, busy, draining = self._view(fleet)
+        res = match(needs, adverts, busy | draining, self.config.max_width)
+        if not isinstance(res, Reject):
+            return {
+                "code": "PROMOTABLE",
+                "message": "A matching node is free now; the next wake promotes this run.",
+            }
+        reason = res.as_dict()
+        cands = set(reason.get("candidates") or ())
+        reason["busy"] = sorted(cands & busy)
+        reason["draining"] = sorted(cands & draining)
+        return reason
 
     def _require_run(self, run_id: str) -> Run:
         run = self._read_run(run_id)
@@ -792,7 +799,27 @@ class Mediator(LifecycleMixin):
         with self.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             rows = tx.list_runs(state, work_id, since, limit)
-        return RunList(observed, tuple(rows))
+            by_state = tx.run_counts()  # the panel's header (issue 15 §5), lab-wide
+            queued = [r.run_id for r in rows if r.state == RunState.QUEUED]
+            # Issue 15 §4: position and needs of the whole page in one statement, then one
+            # fleet read for all their candidates — never a statement per queued row.
+            details = {d["run_id"]: d for d in tx.queued_details(queued)} if queued else {}
+            merged = {f"{i}.{role}": dict(need) for i, d in enumerate(details.values())
+                      for role, need in d["needs"].items()}  # fmt: skip
+            fleet = tx.fleet_for(merged) if details else []
+        if details:
+            rows = [
+                dataclasses.replace(
+                    r,
+                    queue_position=int(details[r.run_id]["position"]),
+                    wait_reason=self._wait_reason(details[r.run_id]["needs"], fleet),
+                )
+                if r.run_id in details
+                else r
+                for r in rows
+            ]
+        counts = {s.lower(): by_state.get(s, 0) for s in (RunState.QUEUED, RunState.RUNNING)}
+        return RunList(observed, tuple(rows), counts)
 
     def list_nodes(self) -> Fleet:
         """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""

@@ -119,6 +119,16 @@ class RunSummary(_Row):
     assigned: dict[str, str] | None
     reject: dict[str, Any] | None
     current: list[dict[str, Any]] = field(default_factory=list)
+    # While QUEUED only, computed for the whole page at once (issue 15 §4); absent otherwise.
+    queue_position: int | None = None
+    wait_reason: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        for key in ("queue_position", "wait_reason"):
+            if d[key] is None:
+                d.pop(key)
+        return d
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,8 @@ class Fleet(_Row):
 class RunList(_Row):
     observed_at: datetime
     runs: tuple[RunSummary, ...]
+    # Lab-wide ``{queued, running}``, not filtered like ``runs`` (issue 15 §5).
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

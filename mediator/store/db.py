@@ -130,6 +130,11 @@ class Tx:
     def queue_position(self, run_id: str) -> int:
         return int(self._one("queue_position", {"run_id": run_id})["position"])
 
+    def queued_details(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """``{run_id, position, needs}`` for the QUEUED runs among ``run_ids``, in one statement
+        (issue 15 §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
+        return self._rows("queued_details", {"run_ids": list(run_ids)})
+
     def live_contract(self, run_id: str) -> dict[str, Any] | None:
         r = self._one("live_contract", {"run_id": run_id})
         return r["contract"] if r else None

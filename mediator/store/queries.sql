@@ -446,3 +446,18 @@ WHERE not_after > mediator_now() - make_interval(secs => %(secs)s)
 -- active_runs --
 -- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).
 SELECT run_id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY run_id
+
+-- queued_details --
+-- GET /v1/runs (issue 15 §4): the queue position and the needs of every QUEUED run on a page, in
+-- one statement for the whole page instead of queue_position + live_contract per row. Positions
+-- come from one ordered pass over runs_queue (1 + the QUEUED runs with a smaller
+-- (created_at, run_id)); the needs from the run's class, as the sweep reads them (P2).
+WITH q AS (
+    SELECT run_id, needs_key, row_number() OVER (ORDER BY created_at, run_id) AS position
+    FROM runs
+    WHERE state = 'QUEUED'
+)
+SELECT q.run_id, q.position, c.needs
+FROM q
+JOIN needs_classes c ON c.needs_key = q.needs_key
+WHERE q.run_id = ANY(%(run_ids)s)

@@ -40,6 +40,7 @@ function mount() {
   const r = route();
   const root = el("div", { class: `screen screen-${r.name}` });
   fill(view, root);
+  document.getElementById("counts").hidden = true; // S1 shows it again with fresh figures
   screen = r.name === "run" ? runScreen(root, r.runId, ctx) : fleetScreen(root, r.params, ctx);
   document.title = `${screen.title} · Mediator`;
   for (const link of document.querySelectorAll("nav a[data-route]")) {
