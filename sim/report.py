@@ -64,6 +64,7 @@ CASES: dict[str, tuple[Callable[[], Scenario], Callable[[], Scenario]]] = {
     "burst": (lambda: S.burst(runs=1500, seed=1), lambda: S.burst(runs=200, seed=1)),
     "asks": (lambda: S.asks(runs=800, seed=1), lambda: S.asks(runs=100, seed=1)),
     "trace": (lambda: S.trace(runs=3000), lambda: S.trace(runs=300)),
+    "capabilities": (lambda: S.capabilities(), lambda: S.capabilities()),
 }
 
 # Plain names and what each case shows, for people (the table, the thumbnails, the pages).
@@ -107,6 +108,10 @@ TITLES: dict[str, tuple[str, str]] = {
     "trace": (
         "NASA trace replay",
         "The first jobs of the NASA Ames 1993 log; must equal the FIFO G/G/c recursion.",
+    ),
+    "capabilities": (
+        "A node gains a capability",
+        "An idle node that starts to advertise a needed capability wakes the queue (wake 9).",
     ),
 }
 
