@@ -4,7 +4,7 @@ It owns the connection pool, runs the named queries of ``queries.sql``, turns ro
 dataclasses of ``mediator.rows`` and driver errors into ``mediator.errors`` (procrastinate's
 connector pattern), so flows, the API and the simulator never see a driver type.
 
-Every transaction starts by setting ``mediator.now`` when a clock is given (mediator.md §4): that is
+Every transaction starts by setting ``mediator.now`` when a clock is given (design.md §13): that is
 how the simulator's virtual time reaches every ``mediator_now()`` in SQL.
 """
 
@@ -129,6 +129,11 @@ class Tx:
 
     def queue_position(self, run_id: str) -> int:
         return int(self._one("queue_position", {"run_id": run_id})["position"])
+
+    def queued_details(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """``{run_id, position, needs}`` for the QUEUED runs among ``run_ids``, in one statement
+        (issue 15 §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
+        return self._rows("queued_details", {"run_ids": list(run_ids)})
 
     def live_contract(self, run_id: str) -> dict[str, Any] | None:
         r = self._one("live_contract", {"run_id": run_id})
@@ -409,7 +414,7 @@ class Store:
             open=True,
             # How long a request waits for a connection before it is answered 503: long
             # enough to ride out a burst, short enough that a database outage is reported
-            # promptly (quality.md §4). During a known outage requests wait 1 s at most.
+            # promptly (docs/performance.md). During a known outage requests wait 1 s at most.
             timeout=5,
             reconnect_timeout=3600,
             name="mediator",
@@ -516,7 +521,7 @@ class Store:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
 
     def _set_clock(self, conn: psycopg.Connection[Any]) -> None:
-        """Give the connection the clock's instant before it is used (mediator.md §4).
+        """Give the connection the clock's instant before it is used (docs/design.md §13).
 
         The setting is session-level and re-sent only when the instant changed since this
         connection last saw it: a simulated event runs several transactions at one virtual
@@ -631,7 +636,7 @@ class Store:
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """Run one query in a READ ONLY transaction: analytics (the simulator, notebooks) read
-        the database this way and can never write it (api.md §5)."""
+        the database this way and can never write it (docs/architecture.md)."""
         try:
             with self.pool.connection() as conn:
                 self._set_clock(conn)

@@ -23,7 +23,7 @@ def test_an_empty_block_is_an_error():
 
 
 def test_every_shipped_query_reads_time_through_mediator_now():
-    """mediator.md §4: no statement reads the wall clock (the time-leak rule)."""
+    """docs/design.md §13: no statement reads the wall clock (the time-leak rule)."""
     assert "upsert_advert" in QUERIES and "queued_classes" in QUERIES
     for name, sql in QUERIES.items():
         lowered = sql.lower().replace("mediator_now()", "")
