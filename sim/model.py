@@ -155,14 +155,14 @@ class EventQueue:
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Any, int, Callable[[Any], None], Any]] = []
+        self._heap: list[tuple[int, int, Any, int, Callable[[Any], object], Any]] = []
         self._seq = itertools.count()
 
-    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], None], arg: Any) -> None:
+    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], object], arg: Any) -> None:
         """Schedule `action(arg)` at `t` µs with the given class and tie-break key."""
         heapq.heappush(self._heap, (t, cls, key, next(self._seq), action, arg))
 
-    def pop(self) -> tuple[int, int, Any, int, Callable[[Any], None], Any]:
+    def pop(self) -> tuple[int, int, Any, int, Callable[[Any], object], Any]:
         """Remove and return the next event."""
         return heapq.heappop(self._heap)
 
