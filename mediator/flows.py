@@ -357,11 +357,11 @@ class Mediator(LifecycleMixin):
             with self.store.autocommit() as tx:
                 adverts, busy, _ = self._view(tx.fleet_for(needs))
             # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
-            res = match(needs, adverts, busy, max_width)
-            if isinstance(res, Assignment):
-                body = {"dry_run": True, "assigned": dict(res.roles), "width": res.width}
+            dry = match(needs, adverts, busy, max_width)
+            if isinstance(dry, Assignment):
+                body = {"dry_run": True, "assigned": dict(dry.roles), "width": dry.width}
             else:
-                body = {"dry_run": True, "reject": res.as_dict()}
+                body = {"dry_run": True, "reject": dry.as_dict()}
             return Submission(200, None, body)
 
         run_id = parsed.run_id or self._new_run_id()
@@ -375,7 +375,7 @@ class Mediator(LifecycleMixin):
         if self._after_fleet_read is not None:
             self._after_fleet_read(run_id)
         adverts, busy, draining = self._view(fleet)
-        res = match(needs, adverts, busy | draining, max_width)
+        res: Assignment | Reject | None = match(needs, adverts, busy | draining, max_width)
         if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
             # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
             # ignores availability is too wide as well; otherwise freeing nodes can make the
@@ -410,6 +410,7 @@ class Mediator(LifecycleMixin):
             return Submission(202, run)
 
         # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, 422.
+        assert isinstance(res, Reject)  # an Assignment returned above, None was queued
         run = self._create_rejected_run(new, res)
         if run is None:
             return Submission(200, self._require_run(run_id))

@@ -151,7 +151,7 @@ class ClassPlan:
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(doc + "\n")
-        return doc
+        return str(doc)
 
 
 def plan_classes(

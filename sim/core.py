@@ -71,7 +71,7 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-Event = tuple[int, int, Any, int, Callable[[Any], Any], Any]
+Event = tuple[int, int, Any, int, Callable[[Any], object], Any]
 
 
 class EventQueue:
@@ -88,7 +88,7 @@ class EventQueue:
         self._heap: list[Event] = []
         self._seq = itertools.count()
 
-    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], Any], arg: Any) -> None:
+    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], object], arg: Any) -> None:
         """Schedule `action(arg)` at `t` µs with the given class and tie-break key."""
         heapq.heappush(self._heap, (t, cls, key, next(self._seq), action, arg))
 

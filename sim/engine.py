@@ -138,7 +138,7 @@ class Engine:
         finally:
             self.med_s += time.perf_counter() - t
 
-    def _push(self, t: int, cls: int, key: Any, action: Callable[[Any], None], arg: Any) -> None:
+    def _push(self, t: int, cls: int, key: Any, action: Callable[[Any], object], arg: Any) -> None:
         if cls not in (ADVERT, MARK):
             self.pending += 1
         self.q.push(t, cls, key, action, arg)

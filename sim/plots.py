@@ -50,7 +50,8 @@ def mmc_params(scenario: Scenario | None) -> tuple[float, float, int] | None:
 
 def _measured_waits(result: Any) -> np.ndarray:
     runs = result.runs[~result.runs["warmup"]]
-    return runs["wait_s"].dropna().to_numpy(dtype=float)
+    waits: np.ndarray = runs["wait_s"].dropna().to_numpy(dtype=float)
+    return waits
 
 
 def waits(result: Any, ax: Any = None) -> Any:

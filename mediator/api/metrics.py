@@ -86,8 +86,8 @@ class _FailureCollector:
 class Metrics:
     def __init__(self, med: Mediator) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_FleetCollector(med))  # type: ignore[arg-type]
-        self.registry.register(_FailureCollector(med))  # type: ignore[arg-type]
+        self.registry.register(_FleetCollector(med))
+        self.registry.register(_FailureCollector(med))
         self.sweep = Histogram(
             "mediator_sweep_duration_seconds",
             "Duration of promotion sweeps (WakeQueued) in this process.",
