@@ -12,7 +12,9 @@ import logging
 import os
 import secrets
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,9 +27,9 @@ from mediator.errors import (
     ConfigError,
     ContractError,
     Forbidden,
-    MediatorError,
     NodeTaken,
     NotFound,
+    StoreUnavailable,
 )
 from mediator.lifecycle import LifecycleMixin
 from mediator.match import (
@@ -93,6 +95,10 @@ class WakeReport:
     errors: int = 0
 
 
+def _too_wide(res: Assignment | Reject) -> bool:
+    return isinstance(res, Reject) and res.code == TOO_WIDE
+
+
 def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
     """runAcquires' record of what hardware serves a role (FR-3)."""
     return {
@@ -125,6 +131,16 @@ class Mediator(LifecycleMixin):
         self._missed_wake_guard = True
         # Called with (seconds, WakeReport) after every sweep: metrics, the simulator's counters.
         self.sweep_observers: list[Callable[[float, WakeReport], None]] = []
+        # Failures this process survived (R7, R16, issue 11 §5–6), for /metrics: keys
+        # "sweep_run" (one run's promotion), "record_open", "record_seal", "wake".
+        self.failures: Counter[str] = Counter()
+        # Records whose contract.json could not be written after their commit (issue 11 §5):
+        # run_id → contract, retried by every reaper pass. Sealing writes contract.json too, so
+        # a run that ends first loses nothing even if this process restarts.
+        self._unopened: dict[str, dict[str, Any]] = {}
+        self._records_lock = threading.Lock()
+        # Wake 5 on reconnect, and outages given back to nodes (docs/design.md).
+        store.on_reconnect.append(self._on_reconnect)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     @classmethod
@@ -174,11 +190,44 @@ class Mediator(LifecycleMixin):
     def startup(self) -> WakeReport | None:
         """Process start: seal what a crash left unsealed (§7.7), then one wake (wake 5).
         Neither failure stops startup (R16): a Mediator that cannot promote must still serve."""
-        try:
-            self.seal_unsealed()
-        except Exception:
-            log.exception("sealing unsealed records at startup failed")
+        self.seal_unsealed()  # each seal isolated; never raises
+        self._open_unopened()
         return self._wake_safely("startup")
+
+    def _open_unopened(self) -> None:
+        """Startup: a record whose open failed after its commit in an earlier process (issue 11
+        §5) is opened now; a run that ended meanwhile was completed by its seal."""
+        try:
+            with self.store.autocommit() as tx:
+                missing = [
+                    r for r in tx.active_runs()
+                    if not (self.records.dir(r) / "contract.json").exists()
+                ]  # fmt: skip
+                docs = {r: tx.live_contract(r) or {} for r in missing}
+        except Exception:
+            log.exception("checking for unopened records at startup failed")
+            return
+        for run_id, doc in docs.items():
+            self._open_record(run_id, doc)
+
+    def _on_reconnect(self, outage_s: float) -> None:
+        """The database answers again after ``outage_s`` seconds out of reach (called by the
+        store's reconnect watcher). Outages don't count against nodes: every advert and lease
+        that was live when it began gets the time back, so no node is reaped and no submit
+        refused only because heartbeats could not land. Then one sweep: wake 5."""
+        if outage_s > 0:
+            try:
+                with self.store.tx() as tx:
+                    tx.shift_expiries(
+                        outage_s,
+                        self.config.advert_ttl_seconds,
+                        self.config.lease_ttl_seconds,
+                    )
+            except StoreUnavailable:
+                return  # down again: the watcher calls us once more when it is back
+            except Exception:
+                log.exception("giving nodes back an outage of %.1f s failed", outage_s)
+        self._wake_safely("reconnect")
 
     def close(self) -> None:
         self.store.close()
@@ -201,12 +250,79 @@ class Mediator(LifecycleMixin):
         return self._now().strftime("%Y%m%dT%H%M%S%f") + "-" + secrets.token_hex(4)
 
     def _wake_safely(self, why: str) -> WakeReport | None:
-        """R16: a failing wake never changes the triggering call's result; it is logged."""
+        """R16: a failing wake never changes the triggering call's result; it is logged.
+
+        Wake 5: a sweep that failed because the database could not be reached is not left to
+        some later event (steady heartbeats never sweep, R14): the store's reconnect watcher
+        sweeps as soon as the database answers again."""
         try:
             return self.wake_queued()
+        except StoreUnavailable:
+            self._count("wake")
+            log.warning("wake after %s failed: the database is unreachable; "
+                        "sweeping again as soon as it answers (wake 5)", why)  # fmt: skip
+            self.store.watch()
+            return None
         except Exception:
+            self._count("wake")
             log.exception("wake after %s failed; the next event will sweep again", why)
             return None
+
+    def _count(self, what: str) -> None:
+        """One more survived failure of kind ``what`` (request threads count concurrently)."""
+        with self._records_lock:
+            self.failures[what] += 1
+
+    # ---- after-commit record work (issue 11 §5–6) -----------------------------------------
+    def _open_record(self, run_id: str, doc: dict[str, Any]) -> None:
+        """Records.open after a commit. A failure never turns the committed answer into an
+        error: it is logged, counted and retried by the reaper (and sealing writes it too)."""
+        try:
+            self.records.open(run_id, doc)
+        except Exception:
+            self._count("record_open")
+            log.exception("opening the record of run %s failed; the reaper retries", run_id)
+            with self._records_lock:
+                self._unopened[run_id] = doc
+
+    def _seal_safely(self, run_id: str) -> bool:
+        """Seal after a commit, isolated: a failing record is logged and counted, stays
+        unsealed in the database (runs.sealed) and is retried at startup and by every reaper
+        pass; it never stops other seals or the wake that follows (issue 11 §6)."""
+        try:
+            return self.seal(run_id)
+        except StoreUnavailable:
+            return False  # the database is gone: the next pass finds it unsealed
+        except Exception:
+            self._count("record_seal")
+            log.exception("sealing the record of run %s failed; the reaper retries", run_id)
+            return False
+
+    def retry_unopened(self) -> list[str]:
+        """Write the contract.json that failed after commit; returns the runs now opened."""
+        with self._records_lock:
+            pending = list(self._unopened.items())
+        done = []
+        for run_id, doc in pending:
+            try:
+                self.records.open(run_id, doc)
+            except Exception:
+                self._count("record_open")
+                log.warning("opening the record of run %s failed again", run_id)
+                continue
+            done.append(run_id)
+            with self._records_lock:
+                self._unopened.pop(run_id, None)
+        return done
+
+    def record_backlog(self) -> dict[str, int]:
+        """Record work waiting for a retry (/healthz): terminal runs not sealed (database-wide)
+        and records this process could not open."""
+        with self.store.autocommit() as tx:
+            unsealed = tx.unsealed_count()
+        with self._records_lock:
+            unopened = len(self._unopened)
+        return {"unsealed": unsealed, "unopened": unopened}
 
     @staticmethod
     def _view(fleet: Iterable[FleetNode]) -> tuple[list[Advert], set[str], set[str]]:
@@ -259,6 +375,15 @@ class Mediator(LifecycleMixin):
             self._after_fleet_read(run_id)
         adverts, busy, draining = self._view(fleet)
         res = match(needs, adverts, busy | draining, max_width)
+        if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
+            # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
+            # ignores availability is too wide as well; otherwise freeing nodes can make the
+            # run narrow (folding), so it waits in the queue, its wait_reason TOO_WIDE. And
+            # the converse: a run that is ALL_BUSY now but too wide with every node free could
+            # never be promoted, so it is refused now rather than after nodes free up. Either
+            # way the answer does not depend on which nodes happen to be busy.
+            free = match(needs, adverts, set(), max_width)
+            res = free if _too_wide(free) else None
 
         if isinstance(res, Assignment):
             try:
@@ -268,14 +393,14 @@ class Mediator(LifecycleMixin):
             else:
                 if run is None:
                     return Submission(200, self._require_run(run_id))
-                self.records.open(run_id, doc)
+                self._open_record(run_id, doc)
                 return Submission(201, run)
 
-        if res is None or res.code == ALL_BUSY:
+        if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
             run = self._create_queued_run(new)
             if run is None:
                 return Submission(200, self._require_run(run_id))
-            self.records.open(run_id, doc)
+            self._open_record(run_id, doc)
             if self._missed_wake_guard:
                 # R17 (ours): a release that committed between our fleet read and this insert
                 # swept before the row was visible; sweep once more so the run does not wait
@@ -283,12 +408,12 @@ class Mediator(LifecycleMixin):
                 self._wake_safely("queued submit")
             return Submission(202, run)
 
-        # NO_CANDIDATE or TOO_WIDE: permanent for this contract (R1) → FAILED, 422.
+        # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, 422.
         run = self._create_rejected_run(new, res)
         if run is None:
             return Submission(200, self._require_run(run_id))
-        self.records.open(run_id, doc)
-        self.seal(run_id)
+        self._open_record(run_id, doc)
+        self._seal_safely(run_id)
         return Submission(422, run)
 
     def _step_rows(
@@ -508,10 +633,14 @@ class Mediator(LifecycleMixin):
                         unavailable |= taken or nodes
                         memo.clear()
                         continue
-                    except MediatorError:
-                        # R7: one run's failure is logged and the sweep goes on.
-                        log.exception("promoting run %s failed", q.run_id)
+                    except StoreUnavailable:
+                        raise  # the database is gone: no run can move; wake 5 sweeps again
+                    except Exception:
+                        # R7: any failure of one run's promotion (a foreign exception too) is
+                        # logged with the run id, counted, and the sweep goes on.
+                        log.exception("promoting run %s failed; the sweep goes on", q.run_id)
                         report.errors += 1
+                        self._count("sweep_run")
                         break
                     if ok:
                         report.promoted.append(q.run_id)
@@ -593,9 +722,12 @@ class Mediator(LifecycleMixin):
         released_drain = prev.prev_drain != "" and drain == ""
         # Wake 7 (ours): the node was absent (never seen counts) or expired before this advert.
         returned = self.config.wake_on_return and not prev.prev_live
-        if released or released_drain or returned:
-            # Wake 4 (restart/drain settled a run), 6 (drain released), 7. A steady heartbeat
-            # does none of these, so it never sweeps (R14).
+        # Wake 9: capabilities differ from the stored ones — capacity can appear that way too
+        # (a node that gains a capability is the vanished node's window by another door).
+        changed = not prev.inserted and prev.caps_changed
+        if released or released_drain or returned or changed:
+            # Wake 4 (restart/drain settled a run), 6 (drain released), 7, 9. A steady
+            # heartbeat (same policy, same capabilities) does none of these: never sweeps (R14).
             self._wake_safely("advert")
         return ttl
 
@@ -679,9 +811,8 @@ class Mediator(LifecycleMixin):
         return self.store.read_only(sql, params)
 
     def ping(self) -> bool:
-        """The database answers (``/healthz``)."""
-        with self.store.autocommit() as tx:
-            return tx.ping()
+        """The database answers (``/healthz``), within about a second either way."""
+        return self.store.ping()
 
     # ---- records ---------------------------------------------------------------------------
     def seal(self, run_id: str) -> bool:

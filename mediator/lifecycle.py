@@ -78,6 +78,16 @@ def _ev(run_id: str, kind: str, node_id: str = "", **data: Any) -> dict[str, Any
     return {"run_id": run_id, "node_id": node_id, "kind": kind, "data": data}
 
 
+def _drained_at_boundary(node_id: str, steps: Iterable[Step]) -> bool:
+    """At-boundary drain ends a run only if the run still needs the node: no step of it is
+    CLAIMED on the node (the boundary) and some step of it on the node is still open. Called
+    only for nodes whose policy is ``at-boundary`` (amended rule, docs/design.md)."""
+    mine = [s for s in steps if s.node_id == node_id]
+    return not any(s.state == StepState.CLAIMED for s in mine) and any(
+        s.state not in TERMINAL_STEP for s in mine
+    )
+
+
 class LifecycleMixin:
     """Work, claim, report, cancel, reap, restart detection, drain, asks."""
 
@@ -92,6 +102,12 @@ class LifecycleMixin:
         raise NotImplementedError
 
     def _push_asks(self, asks: list[Any]) -> None:  # provided by Mediator
+        raise NotImplementedError
+
+    def _seal_safely(self, run_id: str) -> bool:  # provided by Mediator
+        raise NotImplementedError
+
+    def retry_unopened(self) -> list[str]:  # provided by Mediator
         raise NotImplementedError
 
     # ---- shared steps of every flow --------------------------------------------------------
@@ -153,16 +169,13 @@ class LifecycleMixin:
             steps = tx.steps(run.run_id)
         leases = tx.run_leases(run.run_id)
         leased = [r["node_id"] for r in leases]
-        claimed = {s.node_id for s in steps if s.state == StepState.CLAIMED}
-        boundary = [
-            r["node_id"]
-            for r in leases
-            if r["drain"] == "at-boundary" and r["node_id"] not in claimed
-        ]
-        open_steps = [s for s in steps if s.state not in TERMINAL_STEP]
-        if boundary and open_steps:
-            # at-boundary drain (mediator.md §7.5): once no step is CLAIMED on the node, the
-            # run's remaining steps are SKIPPED and it settles FAILED/drained (wake 4).
+        if any(
+            _drained_at_boundary(r["node_id"], steps) for r in leases if r["drain"] == "at-boundary"
+        ):
+            # at-boundary drain (mediator.md §7.5, amended): a node the run still needs, with
+            # no step CLAIMED on it, ends the run — remaining steps SKIPPED, FAILED/drained.
+            # A node the run no longer needs is simply released below (applyRelease), so the
+            # outcome does not depend on whether the drain advert or the result came first.
             change.released = self._end(tx, run, steps, Verdict.DRAINED, events)
             change.settled = RunState.FAILED
             return change
@@ -187,10 +200,13 @@ class LifecycleMixin:
         return change
 
     def _after_commit(self, changes: Iterable[_Change], why: str, *, wake: bool) -> None:
-        """Seal what settled, PushAsks, then wake — in that order, after the commit."""
+        """Seal what settled, PushAsks, then wake — in that order, after the commit. The one
+        place every flow's after-commit work goes through: each seal is isolated (a failing
+        record is logged, counted and retried by the reaper, issue 11 §5–6), so neither the
+        committed answer nor the wake ever depends on the records folder."""
         for c in changes:
             if c.settled:
-                self.seal(c.run_id)
+                self._seal_safely(c.run_id)
             if c.asks:
                 self._push_asks(c.asks)
         if wake:
@@ -430,18 +446,26 @@ class LifecycleMixin:
                     changes.append(_Change(run_id, settled=RunState.FAILED))
                 tx.insert_events(events)
             report.released += released
-        report.sealed = self.seal_unsealed()
         self._after_commit(changes, "reap", wake=False)
+        # Record work left over (a crash between commit and seal, or a records folder that
+        # refused a write) never stops the wake below: each seal is isolated (issue 11 §6).
+        report.sealed = self.seal_unsealed()
+        self.retry_unopened()
         if report.released:
             report.woke = True
-            self._wake_safely("reap")
+            self._wake_safely("reap")  # wake 3
         return report
 
     def seal_unsealed(self) -> list[str]:
-        """Seal terminal runs left unsealed (a crash between commit and seal, §7.7)."""
-        with self.store.autocommit() as tx:
-            pending = tx.unsealed_runs()
-        return [r for r in pending if self.seal(r)]
+        """Seal terminal runs left unsealed (a crash between commit and seal, or a failed seal;
+        §7.7). Each is isolated: one bad record is logged and counted, the others proceed."""
+        try:
+            with self.store.autocommit() as tx:
+                pending = tx.unsealed_runs()
+        except Exception:
+            log.exception("listing unsealed records failed; the next pass tries again")
+            return []
+        return [r for r in pending if self._seal_safely(r)]
 
     # ---- advert side effects (restart detection, at-boundary drain) ---------------------------
     def _advert_effects(self, node_id: str, instance: str, drain: str) -> bool:
@@ -484,11 +508,15 @@ class LifecycleMixin:
                         tx.rebind_lease(
                             node_id, run.run_id, instance, self.config.lease_ttl_seconds
                         )
-                elif drain == "at-boundary" and run.state == RunState.RUNNING:
-                    claimed = any(s.state == StepState.CLAIMED for s in mine)
-                    if not claimed and any(s.state not in TERMINAL_STEP for s in steps):
-                        released = self._end(tx, run, steps, Verdict.DRAINED, events)
-                        changes.append(_Change(run.run_id, settled=RunState.FAILED))
+                elif (
+                    drain == "at-boundary"
+                    and run.state == RunState.RUNNING
+                    # only if the run still needs the node (one it no longer needs was released
+                    # by applyRelease when its last step ended): the amended rule
+                    and _drained_at_boundary(node_id, steps)
+                ):
+                    released = self._end(tx, run, steps, Verdict.DRAINED, events)
+                    changes.append(_Change(run.run_id, settled=RunState.FAILED))
                 tx.insert_events(events)
             released_any = released_any or bool(released)
         self._after_commit(changes, "advert", wake=False)

@@ -25,6 +25,24 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: The events vocabulary (mediator.md §4, schema.sql's CHECK): every kind some flow emits, and
+#: nothing else. A queued submit is ``submitted`` with ``data.state = "QUEUED"``, a promotion
+#: ``promoted``; there is no separate ``queued`` kind (issue 12 §7).
+EVENT_KINDS = (
+    "submitted",
+    "rejected",
+    "promoted",
+    "lease_granted",
+    "lease_released",
+    "claimed",
+    "result",
+    "ask_raised",
+    "ask_answered",
+    "settled",
+    "cancelled",
+)
+
+
 class _Row:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
@@ -172,6 +190,7 @@ class AdvertResult:
     prev_live: bool
     inserted: bool
     expires_at: datetime
+    caps_changed: bool = False  # wake 9: the advert's capabilities differ from the stored ones
 
 
 @dataclass(frozen=True)

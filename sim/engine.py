@@ -332,6 +332,10 @@ class Engine:
             node.drain = ev.policy if ev.kind == "drain" else ""
             if node.up:
                 self._advert(node)
+        elif ev.kind == "caps" and ev.capabilities is not None:
+            node.capabilities = dict(ev.capabilities)  # advertised from now on (wake 9)
+            if node.up:
+                self._advert(node)
 
     # ---- the reaper ----
     def _start_reaper(self) -> None:

@@ -15,8 +15,9 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
   none → ALL_BUSY; more distinct nodes than `max_width` → TOO_WIDE. JSON types are kept (a
   boolean never equals a number; 1 equals 1.0; a need `true` wants a truthy capability; a list
   capability matches a member).
-- submit (§7.1): unavailable = busy ∪ draining. Assignment → RUNNING at once; ALL_BUSY → QUEUED,
-  then one WakeQueued (R17, wake 8); NO_CANDIDATE/TOO_WIDE → FAILED, verdict `rejected` (R1).
+- submit (§7.1): unavailable = busy ∪ draining. Assignment → RUNNING at once; ALL_BUSY or
+  TOO_WIDE → QUEUED, then one WakeQueued (R17, wake 8) — unless the match ignoring availability
+  is too wide as well: then, like NO_CANDIDATE, FAILED, verdict `rejected` (R1, amended).
 - WakeQueued (§7.2): FIFO by (created_at, run_id); a run that cannot go is skipped, never stops
   the sweep (R6); ALL_BUSY and NO_CANDIDATE are remembered per needs_key for the rest of the sweep,
   TOO_WIDE is not and leaves the run QUEUED (R10); promoted nodes join `unavailable` (R9); the
@@ -28,7 +29,8 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
 - wake points (§7.3): 1 result/answer (not after a retry rollback; a late result for an ended
   run wakes only if it freed the node's lease), 3 reaper only if it released, 4 advert handler
   lost a run (restart) or finished an at-boundary drain, 6 drain cleared, 7 node (re)appears
-  (only with `wake_on_return`), 8 submit's guard. (2 cancel: the plan has no cancels; 5 process
+  (only with `wake_on_return`), 8 submit's guard, 9 an advert whose capabilities differ from
+  the stored ones. (2 cancel: the plan has no cancels; 5 process
   start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
   end a stuck interval early.
 - leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs at
@@ -38,9 +40,10 @@ What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
   rolled-back step included), else rebinds the lease. A node still running a CLAIMED step of an
   ended run keeps its lease until that step's result (I2) or expiry.
 - drain: `graceful` — unavailable, the current run finishes; `at-boundary` — unavailable, claims
-  refused, and once a leased node of the run has no CLAIMED step the run ends FAILED/`drained`
-  with its open steps SKIPPED. That is checked by the node's adverts (wake 4) and by every result
-  or answer transaction of the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
+  refused, and once a leased node of the run has no CLAIMED step but still a PENDING one the run
+  ends FAILED/`drained` with its open steps SKIPPED (a node it no longer needs is released).
+  That is checked by the node's adverts (wake 4) and by every result or answer transaction of
+  the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
 
 The fleet as the daemons behave (the contract the real-Mediator engine must follow too):
 
@@ -51,6 +54,7 @@ The fleet as the daemons behave (the contract the real-Mediator engine must foll
   `restart` (up nodes only): the daemon restarts with a fresh instance — a step in flight is lost —
   and advertises at once, keeping its advert schedule. `drain`/`undrain` (up nodes): the daemon
   advertises the new policy at once, keeping its schedule; a dark node takes it on return.
+  `caps`: the same for new capabilities (the advert that changes them wakes, 9).
   An event that does not apply (vanish of a dark node, return of an up one, restart of a dark one)
   is ignored. Instances are `f"{node_id}#{k}"`, k = 0, 1, … per daemon start.
 - a node runs one step at a time. With claim latency 0 it claims, at the same instant, the
@@ -206,12 +210,33 @@ def satisfies(needs: Mapping[str, Any], caps: Mapping[str, Any]) -> bool:
     return True
 
 
+def _still_needed(node: _Node, steps: list[_Step]) -> bool:
+    """At-boundary drain (amended): the run ends only if it still needs the node — no step of
+    it CLAIMED there, and some step of it there still PENDING. A node the run no longer needs is
+    released by applyRelease, so commit order never decides the outcome."""
+    states = [s.state for s in steps if s.node is node]
+    return CLAIMED not in states and PENDING in states
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality as jsonb sees it (wake 9 compares stored and advertised capabilities):
+    key order does not matter, 1 equals 1.0, a boolean only equals a boolean."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping | list | tuple) or isinstance(b, Mapping | list | tuple):
+        return False
+    return _same(a, b) or (a is None and b is None)
+
+
 class _Node:
     __slots__ = (
         "advert_epoch",
         "busy",
         "caps",
         "claim_pending",
+        "daemon_caps",
         "daemon_drain",
         "drain",
         "expires_at",
@@ -227,7 +252,8 @@ class _Node:
     def __init__(self, idx: int, node_id: str, caps: dict[str, Any]) -> None:
         self.idx = idx
         self.node_id = node_id
-        self.caps = caps
+        self.caps = caps  # what the Mediator knows (last advert)
+        self.daemon_caps = caps  # what the daemon will advertise (a `caps` event changes it)
         self.up = True  # the daemon is running and advertising
         self.starts = 0
         self.instance = f"{node_id}#0"
@@ -253,16 +279,25 @@ class _Lease:
 
 
 class _Needs:
-    """Per needs_key: the roles, who can serve each (static: capabilities do not change in a
-    simulation), candidate order for step 4 of the matcher, and this key's queue."""
+    """Per needs_key: the roles, who can serve each (recomputed only when an advert changes a
+    node's capabilities, wake 9), candidate order for step 4 of the matcher, and this key's
+    queue."""
 
-    __slots__ = ("head", "key", "order", "queue", "roles", "serves")
+    __slots__ = ("head", "key", "needs", "order", "queue", "roles", "serves")
 
     def __init__(
         self, key: str, needs_by_role: Mapping[str, Mapping[str, Any]], nodes: list[_Node]
     ):
         self.key = key
+        self.needs = needs_by_role
         self.roles = tuple(sorted(needs_by_role))
+        self.index(nodes)
+        self.queue: list[_Run] = []  # this key's QUEUED runs in FIFO order (lazy deletion)
+        self.head = 0
+
+    def index(self, nodes: list[_Node]) -> None:
+        """Who serves each role, from the nodes' capabilities as the Mediator knows them."""
+        needs_by_role = self.needs
         serves = [
             frozenset(n.idx for n in nodes if satisfies(needs_by_role[r], n.caps))
             for r in self.roles
@@ -275,8 +310,6 @@ class _Needs:
             cands.sort(key=lambda n: (-sum(n.idx in s for s in later), n.node_id))
             order.append(tuple(cands))
         self.order = tuple(order)
-        self.queue: list[_Run] = []  # this key's QUEUED runs in FIFO order (lazy deletion)
-        self.head = 0
 
 
 class _Shape:
@@ -636,6 +669,21 @@ class Model:
             return TOO_WIDE, None
         return OK, chosen
 
+    def _too_wide_free(self, info: _Needs) -> bool:
+        """Whether the match that ignores availability (every live node free) is too wide."""
+        if len(info.order) == 1:
+            return False
+        now = self.now
+        used: list[_Node] = []
+        for i, cands in enumerate(info.order):
+            serves = info.serves[i]
+            if not any(u.idx in serves for u in used):
+                pick = next((n for n in cands if n.expires_at > now), None)
+                if pick is None:
+                    return False  # NO_CANDIDATE: not this question
+                used.append(pick)
+        return len(used) > self.max_width
+
     def _any_free_live(self) -> bool:
         now = self.now
         for n in self.free:  # noqa: SIM110 — a loop beats any(<generator>) on this hot path
@@ -677,7 +725,8 @@ class Model:
         if code == OK:
             assert chosen is not None
             self._start(run, chosen, "created", 0)
-        elif code == ALL_BUSY:
+        elif code in (ALL_BUSY, TOO_WIDE) and not self._too_wide_free(info):
+            # R1/R10 amended: refused only if too wide with every node free as well.
             run.state = QUEUED
             info.queue.append(run)
             self.qkeys.add(info)
@@ -686,6 +735,7 @@ class Model:
             self._log("queued", arrival.run_id)
             self._wake(8)  # R17: the missed-wake guard
         else:
+            code = NO_CANDIDATE if code == NO_CANDIDATE else TOO_WIDE
             run.state, run.verdict, run.reject, run.ended = FAILED, "rejected", code, self.now
             self._log("rejected", arrival.run_id, "", code)
 
@@ -949,7 +999,7 @@ class Model:
                 held.drain == "at-boundary"
                 and held.lease is not None
                 and held.lease.run is run
-                and not any(s.node is held and s.state == CLAIMED for s in steps)
+                and _still_needed(held, steps)
             ):
                 self._end_run(run, "drained")
                 return
@@ -1040,6 +1090,11 @@ class Model:
         self.n_advert += 1
         was_live = node.expires_at > now
         prev_drain = node.drain
+        changed = not _json_equal(node.caps, node.daemon_caps)  # wake 9
+        if changed:
+            node.caps = node.daemon_caps
+            for info in self.needs_by_key.values():
+                info.index(self.nodes)
         node.expires_at = now + self.advert_ttl
         node.drain = node.daemon_drain
         if node.drain:
@@ -1066,7 +1121,7 @@ class Model:
             elif (
                 node.drain == "at-boundary"
                 and run.state == RUNNING
-                and not any(s.node is node and s.state == CLAIMED for s in run.steps)
+                and _still_needed(node, run.steps)
             ):
                 self._end_run(run, "drained")
                 released = True
@@ -1074,6 +1129,8 @@ class Model:
             self._wake(4)
         elif prev_drain and not node.drain:
             self._wake(6)
+        elif changed:
+            self._wake(9)
         elif not was_live:
             if self.wake_on_return:
                 self._wake(7)
@@ -1118,6 +1175,10 @@ class Model:
             self._advert(node)
         elif kind in ("drain", "undrain"):
             node.daemon_drain = ev.policy if kind == "drain" else ""
+            if node.up:
+                self._advert(node)
+        elif kind == "caps" and ev.capabilities is not None:
+            node.daemon_caps = dict(ev.capabilities)  # a dark node takes it on return
             if node.up:
                 self._advert(node)
         else:

@@ -104,7 +104,7 @@ _DISTS: dict[str, type[Any]] = {c.tag: c for c in (Constant, Exponential, Lognor
 # Fleet
 # ---------------------------------------------------------------------------------------------
 
-FLEET_EVENT_KINDS = ("vanish", "return", "drain", "undrain", "restart")
+FLEET_EVENT_KINDS = ("vanish", "return", "drain", "undrain", "restart", "caps")
 DRAIN_POLICIES = ("graceful", "at-boundary")
 
 
@@ -144,19 +144,24 @@ class FleetEvent:
     kinds: `vanish` (the machine goes dark: adverts stop, a step in flight is lost), `return`
     (it boots again with a fresh daemon instance), `drain` (the daemon advertises `policy`),
     `undrain` (it advertises no policy), `restart` (the daemon restarts at once with a fresh
-    instance; a step in flight is lost). `policy` only matters for `drain`.
+    instance; a step in flight is lost), `caps` (the daemon advertises `capabilities` from now
+    on — at once if it is up, wake 9). `policy` only matters for `drain`, `capabilities` only
+    for `caps`.
     """
 
     at_s: float
     node_id: str
     kind: str
     policy: str = "graceful"
+    capabilities: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FLEET_EVENT_KINDS:
             raise ValueError(f"fleet event kind {self.kind!r} not in {FLEET_EVENT_KINDS}")
         if self.policy not in DRAIN_POLICIES:
             raise ValueError(f"drain policy {self.policy!r} not in {DRAIN_POLICIES}")
+        if (self.kind == "caps") != (self.capabilities is not None):
+            raise ValueError("fleet event: `capabilities` goes with kind 'caps', and only there")
 
 
 @dataclass(frozen=True)
@@ -938,6 +943,41 @@ def trace(
     )
 
 
+def capabilities(seed: int = 0) -> Scenario:
+    """Capacity that appears through a capability change (issue 12 §2, wake 9).
+
+    s000 has a scope and x000 has none. Run a (t=1) holds s000 for 1,000 s; b (t=2, 100 s)
+    needs a scope too and waits (ALL_BUSY). At t=100 the idle x000 advertises a scope as well:
+    that advert wakes the queue (wake 9) and b goes onto x000 at once — without wake 9 it would
+    wait for a's release at 1001. At t=400 x000 drops the scope again; c (t=500, 100 s) waits
+    for a scope; at t=700 x000 regains it and c goes onto x000 at 700.
+    """
+    scope = {"scope": True}
+    return Scenario(
+        name="capabilities",
+        fleet=Fleet(
+            (NodeGroup(1, scope, id_prefix="s"), NodeGroup(1, {"board": "x"}, id_prefix="x")),
+            advert_interval_s=10.0,
+            events=(
+                FleetEvent(100.0, "x000", "caps", capabilities={"board": "x", "scope": True}),
+                FleetEvent(400.0, "x000", "caps", capabilities={"board": "x"}),
+                FleetEvent(700.0, "x000", "caps", capabilities={"board": "x", "scope": True}),
+            ),
+        ),
+        workload=Workload(
+            Scripted(((1.0, "long"), (2.0, "short"), (500.0, "short"))),
+            (
+                _one_step("long", scope, Constant(1000.0)),
+                _one_step("short", scope, Constant(100.0)),
+            ),
+        ),
+        settings=FINE_SETTINGS,
+        horizon_s=3000.0,
+        seed=seed,
+        description="a node gains, loses and regains a capability (wake 9)",
+    )
+
+
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "steady": steady,
     "mixed": mixed,
@@ -947,4 +987,5 @@ SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "burst": burst,
     "asks": asks,
     "trace": trace,
+    "capabilities": capabilities,
 }

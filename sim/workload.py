@@ -16,6 +16,7 @@ timestamp resolution — the model and the database then agree on every tie.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 from dataclasses import dataclass
@@ -284,7 +285,7 @@ def _attempts_for(
 
 def _fleet_events(scenario: Scenario, nodes: list[NodeSpec], end: float) -> list[FleetEvent]:
     scripted = sorted(scenario.fleet.events, key=lambda e: e.at_s)
-    scripted = [FleetEvent(_us1(e.at_s), e.node_id, e.kind, e.policy) for e in scripted]
+    scripted = [dataclasses.replace(e, at_s=_us1(e.at_s)) for e in scripted]
     ids = [n.node_id for n in nodes]
     rand: list[FleetEvent] = []
     for p, proc in enumerate(scenario.fleet.random):

@@ -333,14 +333,16 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    # 15 -- health
+    # 15 -- health: 503 within about a second while the database is out of reach (a bounded
+    # ping); record work waiting for a retry is shown, not treated as ill health (issue 11 §5).
     @app.get("/healthz", tags=["ops"])
     def healthz() -> JSONResponse:
         try:
             med.ping()
+            backlog = med.record_backlog()
         except MediatorError:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
-        return JSONResponse({"status": "ok", "database": "ok"})
+        return JSONResponse({"status": "ok", "database": "ok", **backlog})
 
     # 16 -- metrics
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)

@@ -11,7 +11,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 if TYPE_CHECKING:
     from mediator.flows import Mediator
@@ -29,6 +33,7 @@ class _FleetCollector:
             counts = tx.run_counts()
             buckets = tx.wait_histogram(WAIT_BUCKETS)
             n, total = tx.wait_sum()
+            unsealed = tx.unsealed_count()
         depth = GaugeMetricFamily("mediator_queue_depth", "Runs waiting in the queue (QUEUED).")
         depth.add_metric([], counts.get("QUEUED", 0))
         yield depth
@@ -41,12 +46,48 @@ class _FleetCollector:
         )
         wait.add_metric([], [(str(le), c) for le, c in buckets] + [("+Inf", n)], total)
         yield wait
+        backlog = GaugeMetricFamily(
+            "mediator_records_unsealed",
+            "Terminal runs whose record is not sealed yet (retried by every reaper pass).",
+        )
+        backlog.add_metric([], unsealed)
+        yield backlog
+
+
+class _FailureCollector:
+    """Failures this process survived without changing an answer (R7, R16, issue 11 §5–6)."""
+
+    def __init__(self, med: Mediator) -> None:
+        self.med = med
+
+    def collect(self) -> Iterator[Any]:
+        f = self.med.failures
+        errors = CounterMetricFamily(
+            "mediator_sweep_run_errors",
+            "Promotions of one run that failed; the sweep went on (R7).",
+        )
+        errors.add_metric([], f["sweep_run"])
+        yield errors
+        records = CounterMetricFamily(
+            "mediator_record_failures",
+            "Record writes that failed after their commit and wait for a retry.",
+            labels=["op"],
+        )
+        for op in ("open", "seal"):
+            records.add_metric([op], f[f"record_{op}"])
+        yield records
+        wakes = CounterMetricFamily(
+            "mediator_wake_failures", "Sweeps that failed (R16); a database error re-sweeps."
+        )
+        wakes.add_metric([], f["wake"])
+        yield wakes
 
 
 class Metrics:
     def __init__(self, med: Mediator) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_FleetCollector(med))  # type: ignore[arg-type]
+        self.registry.register(_FailureCollector(med))  # type: ignore[arg-type]
         self.sweep = Histogram(
             "mediator_sweep_duration_seconds",
             "Duration of promotion sweeps (WakeQueued) in this process.",

@@ -11,6 +11,8 @@ how the simulator's virtual time reaches every ``mediator_now()`` in SQL.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,7 +23,7 @@ import psycopg
 import psycopg.errors
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
 from mediator.rows import (
@@ -40,7 +42,7 @@ from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -199,6 +201,18 @@ class Tx:
 
     def ping(self) -> bool:
         return bool(self._one("ping")["ok"])
+
+    def active_runs(self) -> list[str]:
+        return [r["run_id"] for r in self._rows("active_runs")]
+
+    def unsealed_count(self) -> int:
+        return int(self._one("unsealed_count")["n"])
+
+    def shift_expiries(self, seconds: float, advert_ttl_s: float, lease_ttl_s: float) -> None:
+        """Give nodes back an outage (docs/design.md, "outages don't count against nodes")."""
+        params = {"secs": seconds, "advert_ttl": advert_ttl_s, "lease_ttl": lease_ttl_s}
+        self._exec("outage_shift_nodes", params)
+        self._exec("outage_shift_leases", params)
 
     # ---- lifecycle writes ----------------------------------------------------------------------
     def claim_step(self, run_id: str, seq: int, instance: str) -> Step | None:
@@ -363,27 +377,120 @@ class Store:
         self.clock = clock
         self._conn_now: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._lock_timeout_ms = lock_timeout_ms
+        self._max_size = max_size
+        # Outage tracking (wake 5; "outages don't count against nodes", docs/design.md): the
+        # monotonic instant of the last statement that reached the database, the instant the
+        # database was last reachable before the current outage (None: no outage), and what to
+        # call once it answers again — with the outage's length in seconds.
+        self._last_ok = time.monotonic()
+        self._down_since: float | None = None
+        self._state = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._probing = False
+        self._closing = threading.Event()
+        self.on_reconnect: list[Callable[[float], None]] = []
         try:
-            self.pool = ConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=max_size,
-                kwargs={"autocommit": True, "prepare_threshold": 0},
-                configure=self._configure,
-                open=True,
-                # How long a request waits for a connection before it is answered 503: long
-                # enough to ride out a burst, short enough that a database outage is reported
-                # promptly (quality.md §4); the pool reconnects in the background meanwhile.
-                timeout=5,
-                reconnect_timeout=3600,
-                name="mediator",
-            )
+            self.pool = self._new_pool()
             self.pool.wait(timeout=10)
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreUnavailable(
                 "Could not connect to the Mediator's database; check the database URL."
             ) from exc
         self._ensure_schema()
+
+    def _new_pool(self) -> ConnectionPool[Any]:
+        return ConnectionPool(
+            self.dsn,
+            min_size=1,
+            max_size=self._max_size,
+            # A bounded connect (libpq's minimum): an unreachable host fails in seconds.
+            kwargs={"autocommit": True, "prepare_threshold": 0, "connect_timeout": 2},
+            configure=self._configure,
+            open=True,
+            # How long a request waits for a connection before it is answered 503: long
+            # enough to ride out a burst, short enough that a database outage is reported
+            # promptly (quality.md §4). During a known outage requests wait 1 s at most.
+            timeout=5,
+            reconnect_timeout=3600,
+            name="mediator",
+        )
+
+    # ---- outages and reconnects (wake 5, issue 11 §8) ----------------------------------------
+    @property
+    def down(self) -> bool:
+        """True from a failed statement until the watcher reaches the database again."""
+        return self._down_since is not None
+
+    def _ok(self) -> None:
+        self._last_ok = time.monotonic()
+
+    def _failed(self) -> None:
+        """A statement could not reach the database: the outage began when the database was
+        last reached (so heartbeats that failed before anyone noticed count as outage too);
+        start the watcher that reconnects."""
+        with self._state:
+            if self._down_since is None:
+                self._down_since = self._last_ok
+                log.warning("the database is unreachable; reconnecting")
+            self._start_watcher()
+
+    def watch(self) -> None:
+        """Run the reconnect callbacks as soon as the database answers, even if nothing saw it
+        go away: a sweep that failed for a database error asks for this (wake 5)."""
+        with self._state:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+            self._start_watcher()
+
+    def _start_watcher(self) -> None:
+        # Under self._state. The watcher clears self._watcher under the same lock when it
+        # exits, so an outage noticed while it is finishing is never left without one.
+        if self._closing.is_set() or self._watcher is not None:
+            return
+        self._watcher = threading.Thread(target=self._watch, name="mediator-reconnect", daemon=True)
+        self._watcher.start()
+
+    def _reachable(self) -> bool:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def _watch(self) -> None:
+        """Poll the database with direct connections (every 0.1 s; a refused connection costs
+        microseconds) until it answers; then replace the pool, whose own reconnect backoff grows
+        to tens of seconds during a long outage, so service resumes at once; then tell the
+        Mediator how long the outage was. If a callback finds the database gone again, poll
+        again."""
+        while True:
+            while not self._closing.is_set() and not self._reachable():
+                self._closing.wait(0.1)
+            if self._closing.is_set():
+                with self._state:
+                    self._watcher = None
+                return
+            old, self.pool = self.pool, self._new_pool()
+            threading.Thread(target=old.close, kwargs={"timeout": 5}, daemon=True).start()
+            with self._state:
+                since, self._down_since = self._down_since, None
+            self._ok()
+            outage = max(0.0, time.monotonic() - since) if since is not None else 0.0
+            log.warning("the database answers again (outage of %.1f s)", outage)
+            for callback in list(self.on_reconnect):
+                try:
+                    callback(outage)
+                except Exception:
+                    log.exception("reconnect callback failed")
+            with self._state:
+                if self._down_since is None:
+                    self._watcher = None
+                    return
+
+    def reconnecting(self) -> bool:
+        """True while the watcher is at work (polling, or running the reconnect callbacks)."""
+        return self._watcher is not None
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
@@ -423,18 +530,59 @@ class Store:
             conn.execute("SELECT set_config('mediator.now', %s, false)", (now,), prepare=True)
             self._conn_now[conn] = now
 
+    def _timeout(self) -> float | None:
+        return 1.0 if self._down_since is not None else None  # None: the pool's own (5 s)
+
+    @contextmanager
+    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """``pool.connection()``, but a pool the reconnect watcher has just replaced is not an
+        error: nothing was sent yet, so take the connection from the new one."""
+        pool = self.pool
+        try:
+            conn = pool.getconn(timeout)
+        except PoolClosed:
+            pool = self.pool
+            conn = pool.getconn(timeout)
+        try:
+            with conn:
+                yield conn
+        finally:
+            pool.putconn(conn)
+
+    def _error(self, exc: psycopg.Error | PoolTimeout) -> MediatorError:
+        err = _map_error(exc)
+        if isinstance(exc, PoolTimeout):
+            # No connection within the wait: a saturated pool, or an outage the pool noticed
+            # first. Only an outage starts the watcher; one probe at a time decides which.
+            with self._state:
+                if self._probing or self._down_since is not None:
+                    return err
+                self._probing = True
+            threading.Thread(target=self._probe, name="mediator-probe", daemon=True).start()
+        elif isinstance(err, StoreUnavailable):
+            self._failed()
+        return err
+
+    def _probe(self) -> None:
+        try:
+            if not self._closing.is_set() and not self._reachable():
+                self._failed()
+        finally:
+            self._probing = False
+
     @contextmanager
     def tx(self) -> Iterator[Tx]:
         """A transaction; on any exception it rolls back and the error is re-raised as ours."""
         try:
-            with self.pool.connection() as conn:
+            with self._connection(self._timeout()) as conn:
                 self._set_clock(conn)
                 with conn.transaction():
                     yield Tx(conn)
+            self._ok()
         except MediatorError:
             raise
         except (psycopg.Error, PoolTimeout) as exc:
-            raise _map_error(exc) from exc
+            raise self._error(exc) from exc
 
     @contextmanager
     def autocommit(self) -> Iterator[Tx]:
@@ -443,13 +591,27 @@ class Store:
         (the order of statements is the guarantee, as with observed_at first), and for single
         statements that are atomic on their own."""
         try:
-            with self.pool.connection() as conn:
+            with self._connection(self._timeout()) as conn:
                 self._set_clock(conn)
                 yield Tx(conn)
+            self._ok()
         except MediatorError:
             raise
         except (psycopg.Error, PoolTimeout) as exc:
-            raise _map_error(exc) from exc
+            raise self._error(exc) from exc
+
+    def ping(self) -> bool:
+        """``/healthz``: answers within about a second whether the database is reachable. While
+        an outage is known the watcher is the one trying; the answer is then immediate."""
+        if self._down_since is not None:
+            raise StoreUnavailable("The database is unavailable; try again shortly.")
+        try:
+            with self._connection(1.0) as conn:
+                ok = conn.execute("SELECT 1").fetchone()
+            self._ok()
+            return bool(ok)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._error(exc) from exc
 
     def notifications(self, channel: str, timeout: float) -> Iterator[None]:
         """Yield once per NOTIFY on ``channel`` until ``timeout`` seconds pass without one.
@@ -483,9 +645,13 @@ class Store:
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise MediatorError("Analytics queries are read-only.") from exc
         except psycopg.Error as exc:
-            raise _map_error(exc) from exc
+            raise self._error(exc) from exc
 
     def close(self) -> None:
+        self._closing.set()
+        w = self._watcher
+        if w is not None and w is not threading.current_thread():
+            w.join(timeout=10)
         self.pool.close()
 
 

@@ -65,7 +65,8 @@ ORDER BY node_id
 -- upsert_advert --
 -- One statement (seed 003 §2.2) that returns the previous drain policy, instance and liveness
 -- from the row as locked by the upsert (our departure: a CTE snapshot can miss a concurrent
--- drain change and lose wake 6). The WHERE binds a node to its first principal (§9): no row
+-- drain change and lose wake 6). caps_changed is jsonb equality (key order and 1 vs 1.0 do
+-- not count as a change): wake 9. The WHERE binds a node to its first principal (§9): no row
 -- back means another principal owns this node_id.
 INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
                         expires_at, prev_drain, prev_instance, prev_live)
@@ -75,6 +76,7 @@ ON CONFLICT (node_id) DO UPDATE SET
     prev_drain    = n.drain,
     prev_instance = n.instance,
     prev_live     = n.expires_at > mediator_now(),
+    caps_changed  = n.capabilities IS DISTINCT FROM EXCLUDED.capabilities,
     label         = EXCLUDED.label,
     capabilities  = EXCLUDED.capabilities,
     instance      = EXCLUDED.instance,
@@ -82,7 +84,8 @@ ON CONFLICT (node_id) DO UPDATE SET
     seen_at       = EXCLUDED.seen_at,
     expires_at    = EXCLUDED.expires_at
 WHERE n.principal = EXCLUDED.principal
-RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at
+RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at,
+          n.caps_changed
 
 -- renew_leases --
 -- Adverts renew their node's lease (mediator.md §7.5); a lease granted to another instance is
@@ -417,3 +420,29 @@ SELECT r.state, r.verdict, r.ended_at, r.contract,
        coalesce((SELECT jsonb_agg(jsonb_build_array(s.seq, s.name, s.log) ORDER BY s.seq)
                  FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs
 FROM runs r WHERE r.run_id = %(run_id)s
+
+-- unsealed_count --
+-- Terminal runs whose record is not sealed yet (/healthz, /metrics): record work that failed
+-- after its commit and waits for the next reaper pass (issue 11 §5). Uses runs_unsealed.
+SELECT count(*) AS n FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT sealed
+
+-- outage_shift_nodes --
+-- Outages don't count against nodes (docs/design.md): after the Mediator could not reach its
+-- database for %(secs)s seconds, every advert that was live when the outage began gets that
+-- time back, capped at one full TTL from now so that a shift applied twice (two Mediator
+-- processes, each reconnecting) never gives a node more than a fresh advert would.
+UPDATE nodes
+SET expires_at = least(expires_at + make_interval(secs => %(secs)s),
+                       mediator_now() + make_interval(secs => %(advert_ttl)s))
+WHERE expires_at > mediator_now() - make_interval(secs => %(secs)s)
+
+-- outage_shift_leases --
+-- The same for leases: a node whose heartbeats could not land is not reaped for it.
+UPDATE leases
+SET not_after = least(not_after + make_interval(secs => %(secs)s),
+                      mediator_now() + make_interval(secs => %(lease_ttl)s))
+WHERE not_after > mediator_now() - make_interval(secs => %(secs)s)
+
+-- active_runs --
+-- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).
+SELECT run_id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY run_id

@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (1);
+INSERT INTO schema_version VALUES (2);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -28,7 +28,10 @@ CREATE TABLE nodes (
     -- seed 003 §2.2, which would lose wake 6 under a concurrent drain change).
     prev_drain    text NOT NULL DEFAULT '',
     prev_instance text NOT NULL DEFAULT '',
-    prev_live     boolean NOT NULL DEFAULT false
+    prev_live     boolean NOT NULL DEFAULT false,
+    -- Whether the last advert's capabilities differed from the stored ones (wake 9), decided
+    -- by the upsert from the row as locked, like the prev_* columns.
+    caps_changed  boolean NOT NULL DEFAULT false
 );
 
 -- Identical needs by role share a class: the sweep matches each class once (P2).
@@ -111,14 +114,15 @@ CREATE TABLE asks (
 CREATE INDEX asks_open ON asks (ask_id) WHERE NOT closed;
 
 -- One row per transition, in the same transaction as the change: the ground truth for
--- analytics, the record's event log and /v1/events.
+-- analytics, the record's event log and /v1/events. The kinds are mediator.rows.EVENT_KINDS: a
+-- queued submit is `submitted` with data.state = 'QUEUED' (there is no separate `queued`).
 CREATE TABLE events (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at      timestamptz NOT NULL,
     run_id  text NOT NULL DEFAULT '',
     node_id text NOT NULL DEFAULT '',
     kind    text NOT NULL CHECK (kind IN (
-        'submitted', 'queued', 'rejected', 'promoted', 'lease_granted', 'lease_released',
+        'submitted', 'rejected', 'promoted', 'lease_granted', 'lease_released',
         'claimed', 'result', 'ask_raised', 'ask_answered', 'settled', 'cancelled')),
     data    jsonb NOT NULL DEFAULT '{}'
 );

@@ -297,4 +297,9 @@ def test_metrics_report_queue_depth_runs_by_state_waits_and_sweeps(client):
 
 
 def test_healthz(client):
-    assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
+    assert client.get("/healthz").json() == {
+        "status": "ok",
+        "database": "ok",
+        "unsealed": 0,
+        "unopened": 0,
+    }

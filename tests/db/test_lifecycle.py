@@ -512,3 +512,64 @@ def test_an_answer_wakes_the_queue(med, wakes):
     assert med.answer(ask.ask_id, "no", ok=False).settled == "FAILED"
     assert wakes == [1]
     assert med.get_run("b").state == "RUNNING"
+
+
+# ---- issue 12 §5: at-boundary drain does not depend on commit order (amended rule) ----
+
+
+@pytest.mark.parametrize("order", ["drain advert first", "last result first"])
+def test_at_boundary_drain_of_a_node_the_run_no_longer_needs_releases_it_either_order(med, order):
+    """issue 12 §5: roles on A (a1) and B (b1, b2). A's last step a1 finishes and A drains
+    at-boundary. Whether A's drain advert or a1's result commits first, the outcome is the
+    same: A is released (the run no longer needs it), the run goes on and passes."""
+    advert(med, "A", board="a")
+    advert(med, "B", board="b")
+    med.submit({"run_id": "r", "roles": {"ra": {"board": "a"}, "rb": {"board": "b"}},
+                "steps": [{"name": "a1", "role": "ra"}, {"name": "b1", "role": "rb"},
+                          {"name": "b2", "role": "rb", "after": ["b1"]}]})  # fmt: skip
+    a1 = claim_next(med, "A")
+    b1 = claim_next(med, "B")
+    if order == "drain advert first":
+        advert(med, "A", board="a", drain="at-boundary")  # a1 is CLAIMED: nothing yet
+        med.report("r", a1.seq, "A", a1.attempt, "pass")
+    else:
+        med.report("r", a1.seq, "A", a1.attempt, "pass")
+        advert(med, "A", board="a", drain="at-boundary")
+    run = med.get_run("r")
+    assert (run.state, [s.state for s in run.steps]) == ("RUNNING", ["PASSED", "CLAIMED",
+                                                                       "PENDING"])  # fmt: skip
+    assert sql(med, "SELECT node_id FROM leases WHERE run_id = 'r'") == [("B",)]
+    med.report("r", b1.seq, "B", b1.attempt, "pass")
+    b2 = claim_next(med, "B")
+    med.report("r", b2.seq, "B", b2.attempt, "pass")
+    assert (med.get_run("r").state, med.get_run("r").verdict) == ("PASSED", "pass")
+
+
+# ---- issue 11 §6: one bad record never stops the others, nor the reaper's wake ----
+
+
+def test_one_unsealable_record_stops_neither_other_seals_nor_the_reapers_wake(med, caplog):
+    """issue 11 §6: a terminal run whose record cannot be written ('a-bad': its folder is a
+    file) used to make seal_unsealed() raise before the reaper's wake — a queued run stayed
+    beside a free live node, and every other unsealed record stayed unsealed. Now each seal is
+    isolated (logged, counted, retried) and the wake after a release always runs."""
+    root = med.records.root
+    (root / "a-bad").write_text("not a folder")
+    assert med.submit(contract("a-bad", dut={"board": "none"})).status == 422  # unsealable
+    (root / "z-ok").write_text("not a folder yet")
+    assert med.submit(contract("z-ok", dut={"board": "none"})).status == 422
+    (root / "z-ok").unlink()  # this one is fixed before the pass
+    advert(med, "X")
+    med.submit(contract("holder"))
+    assert med.submit(contract("b")).status == 202
+    sql(med, "UPDATE leases SET not_after = mediator_now() - interval '1 second'")  # expired
+    report = med.reap()
+    assert report.lost == ["holder"] and report.woke
+    assert med.get_run("b").state == "RUNNING"  # the wake ran despite a-bad
+    assert report.sealed == ["z-ok"] and med.records.verify("holder").ok  # the others proceed
+    assert sql(med, "SELECT run_id FROM runs WHERE NOT sealed AND state = 'FAILED'") == [("a-bad",)]
+    assert "sealing the record of run a-bad failed" in caplog.text
+    assert med.failures["record_seal"] >= 2  # at submit and at the reaper pass
+    (root / "a-bad").unlink()  # the folder is fixed: the next pass seals it
+    assert med.reap().sealed == ["a-bad"]
+    assert med.records.verify("a-bad").ok

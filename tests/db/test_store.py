@@ -206,3 +206,39 @@ def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
     non_true = all(v is not True for need in roles.values() for v in need.values())
     if non_true:  # without `true` needs the SQL test is exact, not just a superset
         assert got == exact
+
+
+# ---- outages (issue 11 §8, wake 5) ----
+
+
+def test_a_saturated_pool_is_not_an_outage(dsn, clock):
+    """A request that waits in vain for a pooled connection gets 503, but the database itself
+    answers: no outage is declared (no reconnect, no expiries moved, /healthz stays 200)."""
+    import threading
+    import time
+
+    from mediator import StoreUnavailable
+    from mediator.store.db import Store
+
+    store = Store(dsn, clock, max_size=1)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_only_connection():
+        with store.autocommit():
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_only_connection)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(StoreUnavailable), store.autocommit() as tx:
+            tx.ping()  # waits the pool's 5 s, in vain
+        deadline = time.monotonic() + 10
+        while store._probing and time.monotonic() < deadline:  # the background probe decides
+            time.sleep(0.01)
+        assert not store._probing and not store.down and not store.reconnecting()
+    finally:
+        release.set()
+        holder.join(10)
+        store.close()

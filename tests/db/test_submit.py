@@ -177,3 +177,85 @@ def test_rejected_run_record_is_opened_and_sealed(med):
     check = med.records.verify("r")
     assert check.ok and check.sealed
     assert med.get_run("r").steps[0].state == "SKIPPED"
+
+
+# ---- issue 12 §3: TOO_WIDE at submit is permanent only when it must be (R1, R10, amended) ----
+
+
+def _f_p_q(med):
+    """max_width=1. F has p and q; P has p; Q has q. Roles a{p}, b{q} fit on F alone (width 1)
+    and are width 2 on P and Q."""
+    med.advert("F", {"p": True, "q": True}, "i")
+    med.advert("P", {"p": True}, "i")
+    med.advert("Q", {"q": True}, "i")
+    return contract("w", a={"p": True}, b={"q": True})
+
+
+def test_too_wide_only_because_a_node_is_busy_is_queued_with_wait_reason_too_wide(
+    dsn, clock, tmp_path
+):
+    """issue 12 §3, R1's premise ("resubmitting gives the same answer"): F is busy, so the
+    match is P+Q, width 2 > 1 — but with F free the same contract runs at width 1. So it waits
+    (202) with wait_reason TOO_WIDE, and F's release promotes it onto F alone."""
+    from mediator import Config
+
+    with Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path)) as med:
+        wide = _f_p_q(med)
+        assert med.submit(contract("busy-f", a={"p": True}, b={"q": True})).status == 201
+        sub = med.submit(wide)
+        assert (sub.status, sub.run.state, sub.run.verdict) == (202, "QUEUED", None)
+        assert med.get_run("w").wait_reason["code"] == "TOO_WIDE"
+        for s in med.get_run("busy-f").steps:
+            c = med.claim("busy-f", s.seq, "F")
+            med.report("busy-f", s.seq, "F", c.attempt, "pass")  # F frees: wake 1
+        run = med.get_run("w")
+        assert (run.state, run.assigned) == ("RUNNING", {"a": "F", "b": "F"})
+
+
+def test_too_wide_even_with_every_node_free_is_still_422(dsn, clock, tmp_path):
+    """issue 12 §3: without F no assignment can ever be narrow enough: refused at once — also
+    while P is busy (ALL_BUSY now, but it could never be promoted: the same 422 as when P is
+    free, so the answer does not depend on what happens to be busy)."""
+    from mediator import Config
+
+    with Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path)) as med:
+        med.advert("P", {"p": True}, "i")
+        med.advert("Q", {"q": True}, "i")
+        assert med.submit(contract("busy-p", a={"p": True})).status == 201  # P busy, too
+        sub = med.submit(contract("w", a={"p": True}, b={"q": True}))
+        assert (sub.status, sub.run.verdict, sub.run.reject["code"]) == (422, "rejected",
+                                                                          "TOO_WIDE")  # fmt: skip
+
+
+# ---- issue 12 §7: the events vocabulary and what the flows emit agree ----
+
+
+def test_event_kinds_the_database_accepts_are_exactly_the_documented_vocabulary(med):
+    """issue 12 §7: `queued` was in the vocabulary but never emitted (a queued submit writes
+    `submitted{state: QUEUED}`). The vocabulary is now closed: the database refuses any other
+    kind, and a lifecycle that touches every flow emits every listed kind and nothing else."""
+    from mediator.errors import MediatorError
+    from mediator.rows import EVENT_KINDS
+
+    with pytest.raises(MediatorError), med.store.tx() as tx:
+        tx.insert_events([{"run_id": "x", "kind": "queued", "data": {}}])
+    advert(med, "X")
+    doc = contract("a")
+    doc["steps"].append({"name": "ok?", "kind": "ask", "ask": "Looks fine?", "after": ["dut-0"]})
+    med.submit(doc)  # submitted, lease_granted
+    q = med.submit(contract("q"))  # submitted{state: QUEUED}
+    assert q.status == 202
+    med.submit(contract("r", dut={"board": "none"}))  # rejected
+    [step] = med.work("X")
+    c = med.claim("a", step.seq, "X")  # claimed
+    med.report("a", step.seq, "X", c.attempt, "pass")  # result, ask_raised
+    [ask] = med.asks()
+    med.answer(ask.ask_id, "yes")  # ask_answered, settled, lease_released, promoted (q)
+    med.cancel("q")  # cancelled
+    with med.store.autocommit() as tx:
+        kinds = {k for (k,) in tx.conn.execute("SELECT DISTINCT kind FROM events")}
+        queued = tx.conn.execute(
+            "SELECT data ->> 'state' FROM events WHERE run_id = 'q' AND kind = 'submitted'"
+        ).fetchone()
+    assert kinds == set(EVENT_KINDS)
+    assert queued == ("QUEUED",)

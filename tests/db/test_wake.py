@@ -426,3 +426,117 @@ def test_r12_asks_are_raised_at_promotion_and_pushed_after_commit(dsn, med, cloc
     run = med.get_run("q")
     assert [s.state for s in run.steps] == ["ASKED", "PENDING"]
     assert run.steps[1].chosen["node"] == "X"
+
+
+# ---- issue 12 §4: R7 — any failure of one run's promotion, logged, counted, the sweep goes on ----
+
+
+def test_r7_a_foreign_exception_in_one_promotion_is_logged_counted_and_the_sweep_goes_on(
+    med, caplog
+):
+    """issue 12 §4: the sweep used to catch only MediatorError; a KeyError in one run's
+    promotion aborted every sweep, leaving later runs QUEUED beside free nodes."""
+    from mediator.api.metrics import Metrics
+
+    advert(med, "X", drain="graceful")
+    advert(med, "Y", board="y", drain="graceful")
+    med.submit(contract("bad"))
+    med.submit(contract("good", dut={"board": "y"}))
+    undrain_quietly(med, "X", "Y")
+    original = med.promote
+
+    def promote(run_id, res, needs, by_id):
+        if run_id == "bad":
+            raise KeyError("injected")
+        return original(run_id, res, needs, by_id)
+
+    med.promote = promote
+    metrics = Metrics(med)
+    report = med.wake_queued()
+    assert report.promoted == ["good"] and report.errors == 1
+    assert states(med, "bad", "good") == ["QUEUED", "RUNNING"]
+    assert "promoting run bad failed" in caplog.text
+    assert b"mediator_sweep_run_errors_total 1.0" in metrics.render()[0]
+
+
+# ---- issue 12 §1: wake 5 on reconnect ----
+
+
+def terminate_other_backends(med):
+    """Kill every connection to this database but the one asking (pg_terminate_backend)."""
+    import psycopg
+
+    with psycopg.connect(med.database_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def wait_until(predicate, timeout=20.0):
+    """Poll a condition with a deadline (no sleep as synchronisation). A read that meets one of
+    the terminated connections is answered 503 (StoreUnavailable) and counts as 'not yet'."""
+    import time
+
+    from mediator import StoreUnavailable
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True
+        except StoreUnavailable:
+            pass
+        time.sleep(0.02)
+    return False
+
+
+def test_wake_5_a_wake_lost_to_a_broken_connection_runs_once_the_database_answers(med, monkeypatch):
+    """issue 12 §1, wake 5: a runs on X, b waits for X. The connection is terminated right
+    after a's result commits and before its wake: the wake fails (logged), the result still
+    answers PASSED. Steady heartbeats never sweep (R14), so nothing else would move b — the
+    reconnect must: b is promoted once the database answers, with no other event."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    assert med.submit(contract("b")).status == 202
+    original, broken = med.wake_queued, []
+
+    def wake_after_the_connection_broke():
+        if not broken:  # once: between a's commit and its wake
+            broken.append(terminate_other_backends(med))
+        return original()
+
+    monkeypatch.setattr(med, "wake_queued", wake_after_the_connection_broke)
+    result = finish(med, "a", "X")
+    assert broken and result.settled == "PASSED"
+    assert wait_until(lambda: med.get_run("b").state == "RUNNING")
+    assert med.get_run("b").assigned == {"dut": "X"}
+
+
+# ---- issue 12 §2: wake 9 — capabilities changed ----
+
+
+def test_wake_9_a_node_that_gains_a_capability_wakes_the_queue(med, monkeypatch):
+    """issue 12 §2: X is idle and live; b needs `scope`, which only the busy S has, so b
+    waits. X's next advert adds `scope`: that advert sweeps, and b goes onto X."""
+    advert(med, "S", scope=True)
+    advert(med, "X")
+    med.submit(contract("a", bench={"scope": True}))  # S busy
+    assert med.submit(contract("b", bench={"scope": True})).status == 202
+    assert med.get_run("b").wait_reason["code"] == "ALL_BUSY"
+    advert(med, "X", board="x", scope=True)
+    assert med.get_run("b").assigned == {"bench": "X"}
+
+
+def test_r14_wake_9_steady_heartbeats_with_unchanged_capabilities_never_sweep(med, monkeypatch):
+    """R14 with wake 9: the same capabilities, in another key order, are not a change."""
+    calls = []
+    original = med.wake_queued
+    monkeypatch.setattr(med, "wake_queued", lambda: calls.append(1) or original())
+    med.advert("X", {"board": "x", "scope": True, "n": 1}, "i1")
+    calls.clear()
+    for _ in range(3):
+        med.advert("X", {"n": 1.0, "scope": True, "board": "x"}, "i1")
+    assert calls == []
+    med.advert("X", {"board": "x"}, "i1")  # a capability dropped: a change, one sweep
+    assert calls == [1]

@@ -26,6 +26,7 @@ def test_every_builtin_round_trips_through_toml_and_dict(name: str) -> None:
 def test_the_eight_scenarios_of_sim_md_section_5_ship() -> None:
     assert set(SCENARIOS) == {
         "steady", "mixed", "vanished_node", "drain", "restart", "burst", "asks", "trace",
+        "capabilities",
     }  # fmt: skip
 
 
