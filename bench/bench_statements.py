@@ -50,6 +50,12 @@ import pg8000.native
 from mediator import Config, Mediator
 from mediator.pg import EmbeddedPostgres
 
+
+def socket_path(pg: EmbeddedPostgres) -> str:
+    """The cluster's unix socket file (it listens on no TCP address)."""
+    return os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}")
+
+
 PGSS = (
     "shared_preload_libraries=pg_stat_statements",
     "pg_stat_statements.track_utility=on",
@@ -63,7 +69,7 @@ class Meter:
 
     def __init__(self, pg: EmbeddedPostgres) -> None:
         self.con = pg8000.native.Connection(
-            "postgres", host="127.0.0.1", port=pg.port, database="postgres"
+            "postgres", unix_sock=socket_path(pg), database="postgres"
         )
         self.con.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         self.home = self.oid("postgres")
@@ -166,7 +172,7 @@ def measure_flows(pg: EmbeddedPostgres, meter: Meter, virtual: bool, tmp: str) -
         pg.dsn(name), Config(), clock, records_root=os.path.join(tmp, name), pool_size=1
     )
     dbid = meter.oid(name)
-    admin = pg8000.native.Connection("postgres", host="127.0.0.1", port=pg.port, database=name)
+    admin = pg8000.native.Connection("postgres", unix_sock=socket_path(pg), database=name)
     figures: list[Figure] = []
     trace = Trace(med)
 

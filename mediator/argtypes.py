@@ -5,6 +5,7 @@ usage error (exit 2) with a message, not a traceback. No I/O, no other ``mediato
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def positive_float(text: str) -> float:
@@ -12,8 +13,9 @@ def positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text!r}")
+    if not math.isfinite(value) or not value > 0:
+        # issue 11 §9: "inf" and "1e999" parse as floats; a timeout of infinity never fires
+        raise argparse.ArgumentTypeError(f"must be a finite number more than 0: {text!r}")
     return value
 
 

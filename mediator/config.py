@@ -1,21 +1,43 @@
 """Configuration (mediator.md §8): defaults that work on one machine, a TOML file, the environment.
 
 Precedence for every setting: an explicit argument, then ``MEDIATOR_<NAME>`` in the environment,
-then the configuration file, then the default. Values that cannot work (a TTL ≤ 0, ``max_width``
-< 1, …) are refused when the configuration is built, with a message naming the setting, so
-``mediator serve`` can exit with status 2 before it listens.
+then the configuration file, then the default. Values that cannot work are refused when the
+configuration is built — in one place, :meth:`Config.validate`, whichever source they came from —
+with a message naming the setting, so ``mediator serve`` can exit with status 2 before it listens.
+Every number must be finite and inside ``RANGES`` (issue 11 §9: ``nan <= 0`` is false, so a bare
+"> 0" test once let ``nan``, ``inf`` and ``1e-9`` through; docs/security.md lists the ranges).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from mediator.errors import ConfigError
+
+# setting → (lowest, highest) allowed, both inclusive. Seconds from 0.1 s to a week: below that
+# the reaper and adverts would spin; above it a lost node holds its lease for longer than anyone
+# would wait. Counts from 1 to what a lab could ever have.
+RANGES: Final[dict[str, tuple[float, float]]] = {
+    "lease_ttl_seconds": (0.1, 604_800),
+    "renew_seconds": (0.1, 604_800),
+    "advert_ttl_seconds": (0.1, 604_800),
+    "max_width": (1, 10_000),
+    "max_attempts": (1, 1_000),
+    "port": (0, 65_535),
+    # /v1/events (issue 11 §2): a keepalive at least every 15 s; caps, total and per principal
+    "events_keepalive_seconds": (0.01, 15),
+    "events_max_streams": (1, 100_000),
+    "events_max_streams_per_principal": (1, 100_000),
+}
+_WHOLE: Final = frozenset(
+    {"max_width", "max_attempts", "port", "events_max_streams", "events_max_streams_per_principal"}
+)
 
 
 @dataclass(frozen=True)
@@ -33,34 +55,35 @@ class Config:
     tokens_file: str | None = None
     host: str = "127.0.0.1"
     port: int = 8640
+    # /v1/events (issue 11 §2, docs/security.md "Event streams")
+    events_keepalive_seconds: float = 15.0
+    events_max_streams: int = 512
+    events_max_streams_per_principal: int = 64
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        """Refuse values that cannot work, naming the setting."""
-        for name in ("renew_seconds", "advert_ttl_seconds"):
-            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be a number of seconds greater than 0.", field=name)
-        # lease_ttl_seconds is checked by the promotion code too (R11): the value a user gives is
-        # refused here, but tests construct a Config with 0 through unchecked() to exercise R11.
-        if not _number(self.lease_ttl_seconds) or self.lease_ttl_seconds <= 0:
-            raise ConfigError(
-                "lease_ttl_seconds must be a number of seconds greater than 0.",
-                field="lease_ttl_seconds",
-            )
-        for name, low in (("max_width", 1), ("max_attempts", 1)):
+        """Refuse values that cannot work, naming the setting: the one check for every source.
+
+        lease_ttl_seconds is checked by the promotion code too (R11): the value a user gives is
+        refused here, but tests construct a Config with 0 through unchecked() to exercise R11.
+        """
+        for name, (low, high) in RANGES.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigError(f"{name} must be a whole number ≥ {low}.", field=name)
+            whole = name in _WHOLE
+            if whole:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+                kind = "a whole number"
+            else:
+                ok = _number(value) and math.isfinite(value)
+                kind = "a finite number of seconds"
+            if not ok or not low <= value <= high:
+                raise ConfigError(
+                    f"{name} must be {kind} from {low:g} to {high:,g}, not {value!r}.", field=name
+                )
         if not isinstance(self.wake_on_return, bool):
             raise ConfigError("wake_on_return must be true or false.", field="wake_on_return")
-        if (
-            not isinstance(self.port, int)
-            or isinstance(self.port, bool)
-            or not 0 <= self.port < 65536
-        ):
-            raise ConfigError("port must be a whole number from 0 to 65535.", field="port")
         if not isinstance(self.host, str) or not self.host:
             raise ConfigError("host must be a host name or address.", field="host")
 

@@ -27,13 +27,37 @@ from typing import Any, Final
 
 from mediator.errors import ContractError
 
+# ---- limits (docs/security.md lists each with its value; a test keeps the two in step) --------
+MAX_ID: Final = 64  # run_id, node_id, role names
 MAX_STEPS: Final = 1000
-RUN_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MAX_ROLES: Final = 64
+MAX_NEEDS: Final = 64  # needs of one role
+MAX_CAPABILITIES: Final = 256  # capabilities of one advert
+MAX_LIST: Final = 256  # members of one capability list
+MAX_KEY: Final = 128  # a capability or need name, a step name, an action name
+MAX_VALUE: Final = 1024  # a string need or capability value
+MAX_WORK_ID: Final = 200
+MAX_TEXT: Final = 10_000  # any other string: a `with` value or key, a question, an answer
+MAX_DEPTH: Final = 32  # nesting inside a step's `with` (the `with` object is level 1)
+MAX_BODY_DEPTH: Final = 64  # nesting of any JSON document the API decodes
+MAX_NUMBER_CHARS: Final = 40  # characters of one JSON number (a 5,000-digit integer is refused)
+LIMITS: Final = {
+    "MAX_ID": MAX_ID, "MAX_STEPS": MAX_STEPS, "MAX_ROLES": MAX_ROLES, "MAX_NEEDS": MAX_NEEDS,
+    "MAX_CAPABILITIES": MAX_CAPABILITIES, "MAX_LIST": MAX_LIST, "MAX_KEY": MAX_KEY,
+    "MAX_VALUE": MAX_VALUE, "MAX_WORK_ID": MAX_WORK_ID, "MAX_TEXT": MAX_TEXT,
+    "MAX_DEPTH": MAX_DEPTH, "MAX_BODY_DEPTH": MAX_BODY_DEPTH,
+    "MAX_NUMBER_CHARS": MAX_NUMBER_CHARS,
+}  # fmt: skip
 
-# Role names share the run_id alphabet: they appear in `assigned`, in events and in field paths.
-_ROLE_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_MAX_WORK_ID: Final = 200
-_MAX_STEP_NAME: Final = 128
+# Ids become folder names (records) and appear in URLs: letters, digits, `.`, `_`, `-`, but never
+# a leading `.` — so never `.` or `..`, and never a hidden file (issue 11 §1, docs/security.md).
+ID_RE: Final = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_ID - 1}}}")
+RUN_ID_RE: Final = ID_RE
+# Role names share the id alphabet: they appear in `assigned`, in events and in field paths.
+_ROLE_RE: Final = ID_RE
+_MAX_WORK_ID: Final = MAX_WORK_ID
+_MAX_STEP_NAME: Final = MAX_KEY
+_TOP_KEYS: Final = ("run_id", "work_id", "roles", "steps")
 _EXEC: Final = "exec"
 _ASK: Final = "ask"
 _DEFAULT_USES: Final = "shell"
@@ -78,7 +102,7 @@ class Contract:
         work_id: Groups runs (e.g. a ticket hash); ``""`` when absent.
         roles: ``{role: needs}``; ``{}`` for a contract made only of ask steps.
         steps: In contract order, ``steps[i].seq == i``.
-        doc: The document as submitted, to be stored as-is (unknown top-level keys included).
+        doc: The document as submitted, to be stored as-is.
     """
 
     run_id: str | None
@@ -92,9 +116,10 @@ def parse(doc: object) -> Contract:
     """Validate a contract document and return it parsed (``NeedsOf``'s structural half, R5).
 
     Checks run in document order and the first problem found is raised, so the same document
-    always yields the same error. Unknown top-level keys are ignored (forward compatibility);
-    unknown step keys are errors, because a typo such as ``"afer"`` would otherwise silently drop
-    a dependency.
+    always yields the same error. Unknown keys are errors at every level (amendments round 2,
+    issue 15 §3): a typo such as ``"afer"`` or ``"max_widht"`` would otherwise silently drop a
+    dependency or a setting; the error names the closest known key. Every size and depth limit
+    (``LIMITS``) is checked here, before anything is written (issue 11 §4).
 
     Args:
         doc: The decoded JSON document (a ``dict`` from ``json.loads`` or a notebook).
@@ -110,7 +135,9 @@ def parse(doc: object) -> Contract:
         raise ContractError(
             'The contract must be a JSON object with "roles" and "steps".', field=None
         )
-    _check_json(doc)
+    _check_keys(doc, _TOP_KEYS, "", "a contract key")
+    _check_with_depth(doc)
+    _check_json(doc, max_depth=MAX_BODY_DEPTH)
     run_id = _parse_run_id(doc)
     work_id = _parse_work_id(doc)
     roles = _parse_roles(doc)
@@ -222,17 +249,29 @@ def validate_capabilities(caps: object, field: str = "capabilities") -> dict[str
         raise ContractError(
             f"{field} must be a JSON object of capability names to values.", field=field, code=code
         )
-    _check_json(caps, field, code=code)
+    _check_json(caps, field, code=code, max_depth=MAX_DEPTH)
+    if len(caps) > MAX_CAPABILITIES:
+        raise ContractError(
+            f"{field} has {len(caps)} entries; at most {MAX_CAPABILITIES} are allowed.",
+            field=field,
+            code=code,
+        )
     clean: dict[str, Any] = {}
     for key, value in caps.items():
         path = _child(field, key)
-        if not key:
+        if not key or len(key) > MAX_KEY:
             raise ContractError(
-                f"{path} is an empty capability name; give every capability a name.",
+                f"{path}: a capability name must be 1 to {MAX_KEY} characters.",
                 field=path,
                 code=code,
             )
         if isinstance(value, list | tuple):
+            if len(value) > MAX_LIST:
+                raise ContractError(
+                    f"{path} lists {len(value)} values; at most {MAX_LIST} are allowed.",
+                    field=path,
+                    code=code,
+                )
             for i, item in enumerate(value):
                 if not _is_scalar(item):
                     raise ContractError(
@@ -241,8 +280,10 @@ def validate_capabilities(caps: object, field: str = "capabilities") -> dict[str
                         field=f"{path}[{i}]",
                         code=code,
                     )
+                _check_value_length(item, f"{path}[{i}]", code)
             clean[key] = list(value)
         elif _is_scalar(value):
+            _check_value_length(value, path, code)
             clean[key] = value
         else:
             raise ContractError(
@@ -253,16 +294,69 @@ def validate_capabilities(caps: object, field: str = "capabilities") -> dict[str
     return clean
 
 
-def valid_run_id(value: object) -> bool:
-    """Say whether ``value`` can be a ``run_id``: 1 to 64 of ``A-Z a-z 0-9 . _ -``.
+def valid_id(value: object) -> bool:
+    """Say whether ``value`` can be an id (``run_id``, ``node_id``, a role name).
+
+    1 to 64 of ``A-Z a-z 0-9 . _ -``, not starting with ``.``: an id becomes a folder name, so
+    ``.``, ``..`` and hidden names are refused (issue 11 §1, docs/security.md).
 
     Args:
         value: Anything; only a matching ``str`` passes.
 
     Returns:
-        ``True`` for a usable run id.
+        ``True`` for a usable id.
     """
-    return isinstance(value, str) and RUN_ID_RE.fullmatch(value) is not None
+    return isinstance(value, str) and ID_RE.fullmatch(value) is not None
+
+
+def valid_run_id(value: object) -> bool:
+    """``valid_id`` under the name the flows use for run and node ids."""
+    return valid_id(value)
+
+
+def check_text(value: object, field: str, limit: int = MAX_TEXT) -> None:
+    """Refuse a request string that cannot be stored: NUL, a lone surrogate, or over ``limit``.
+
+    For the text fields that are not part of a contract (an advert's label and instance, an
+    answer): 400 naming ``field`` instead of a 500 from the database (issue 11 §3).
+
+    Raises:
+        ContractError: Naming ``field``.
+    """
+    if not isinstance(value, str):
+        raise ContractError(f"{field} must be a string.", field=field)
+    if len(value) > limit:
+        raise ContractError(f"{field} must be at most {limit} characters.", field=field)
+    _check_text(value, field, None)
+
+
+def check_texts(**fields: object) -> None:
+    """``check_text``'s NUL and surrogate test for each string given by name (lengths and types
+    stay with the caller): an advert's label and instance, for instance."""
+    for field, value in fields.items():
+        if isinstance(value, str):
+            _check_text(value, field, None)
+
+
+def escape_log(text: str) -> str:
+    """A step's output made storable: NUL → U+2400 (␀), each lone surrogate → U+FFFD.
+
+    Logs are a program's output and may legitimately hold binary junk, so they are stored, not
+    refused (amendments round 2; docs/security.md, "Text"). Other text is left exactly as sent.
+    """
+    if "\x00" not in text and (text.isascii() or _encodes(text)):
+        return text
+    return "".join(
+        "\u2400" if ch == "\x00" else "\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text
+    )
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def dependants(steps: Sequence[StepSpec], failed: str) -> set[str]:
@@ -331,17 +425,71 @@ def _show(value: object) -> str:
     return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
 
 
-def _check_json(value: object, root: str = "", *, code: str | None = None) -> None:
+def _check_keys(doc: Mapping[str, Any], known: Sequence[str], at: str, what: str) -> None:
+    """Unknown keys are a 400 naming the key and the closest known one (issue 15 §3)."""
+    for key in doc:
+        if key not in known:
+            field = _child(at, key) if isinstance(key, str) else at or None
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"use {', '.join(known)}."
+            raise ContractError(f"{field} is not {what}; {hint}", field=field)
+
+
+def _depth_over(value: object, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` containers deep (iterative, early exit)."""
+    todo: list[tuple[object, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, Mapping | list | tuple):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, Mapping) else item
+            todo.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _check_with_depth(doc: Mapping[str, Any]) -> None:
+    """Issue 11 §4: a step's ``with`` nests at most MAX_DEPTH levels, checked before anything
+    else walks it (a 600-deep ``with`` once committed a run that nothing could read back)."""
+    steps = doc.get("steps")
+    if not isinstance(steps, list | tuple):
+        return
+    for seq, step in enumerate(steps[: MAX_STEPS + 1]):
+        if isinstance(step, Mapping) and _depth_over(step.get("with"), MAX_DEPTH):
+            field = f"steps[{seq}].with"
+            raise ContractError(
+                f"{field} is nested too deep: at most {MAX_DEPTH} levels are allowed.",
+                field=field,
+                code="too_deep",
+            )
+
+
+def _check_value_length(value: object, path: str, code: str | None) -> None:
+    if isinstance(value, str) and len(value) > MAX_VALUE:
+        raise ContractError(
+            f"{path} must be at most {MAX_VALUE} characters.", field=path, code=code
+        )
+
+
+def _check_json(
+    value: object, root: str = "", *, code: str | None = None, max_depth: int = MAX_BODY_DEPTH
+) -> None:
     """Refuse anything PostgreSQL's ``jsonb`` would not store, before it reaches the store.
 
     A notebook may pass Python objects (a set, NaN, a string with NUL); caught here they are a 400
-    naming the field instead of a 500 from the database. Walks without recursion so deep nesting
-    cannot overflow the stack.
+    naming the field instead of a 500 from the database. Also refuses strings over MAX_TEXT and
+    nesting over ``max_depth``. Walks without recursion so deep nesting cannot overflow the stack.
     """
-    todo: list[tuple[object, str]] = [(value, root)]
+    todo: list[tuple[object, str, int]] = [(value, root, 1)]
     while todo:
-        item, path = todo.pop()
+        item, path, depth = todo.pop()
         where = path or "the document"
+        if isinstance(item, Mapping | list | tuple) and depth > max_depth:
+            raise ContractError(
+                f"{where} is nested too deep: at most {max_depth} levels are allowed.",
+                field=path or None,
+                code=code or "too_deep",
+            )
         if item is None or isinstance(item, bool | int):
             continue
         if isinstance(item, float):
@@ -353,8 +501,12 @@ def _check_json(value: object, root: str = "", *, code: str | None = None) -> No
                 )
         elif isinstance(item, str):
             _check_text(item, path, code)
+            if len(item) > MAX_TEXT:
+                raise ContractError(
+                    f"{where} must be at most {MAX_TEXT} characters.", field=path or None, code=code
+                )
         elif isinstance(item, Mapping):
-            children: list[tuple[object, str]] = []
+            children: list[tuple[object, str, int]] = []
             for key, child in item.items():
                 if not isinstance(key, str):
                     raise ContractError(
@@ -363,11 +515,19 @@ def _check_json(value: object, root: str = "", *, code: str | None = None) -> No
                         code=code,
                     )
                 _check_text(key, path, code)
-                children.append((child, _child(path, key)))
+                if len(key) > MAX_TEXT:
+                    raise ContractError(
+                        f"{where} has a key longer than {MAX_TEXT} characters.",
+                        field=path or None,
+                        code=code,
+                    )
+                children.append((child, _child(path, key), depth + 1))
             # Reversed onto the stack so problems are reported in document order.
             todo.extend(reversed(children))
         elif isinstance(item, list | tuple):
-            todo.extend((child, f"{path}[{i}]") for i, child in reversed(list(enumerate(item))))
+            todo.extend(
+                (child, f"{path}[{i}]", depth + 1) for i, child in reversed(list(enumerate(item)))
+            )
         else:
             raise ContractError(
                 f"{where} is a Python {type(item).__name__}, which is not a JSON value.",
@@ -402,9 +562,10 @@ def _parse_run_id(doc: Mapping[str, Any]) -> str | None:
     run_id = doc.get("run_id")
     if run_id is None:
         return None
-    if not valid_run_id(run_id):
+    if not valid_id(run_id):
         raise ContractError(
-            f"run_id must be 1 to 64 characters from A-Z a-z 0-9 . _ -, got {_show(run_id)}.",
+            f"run_id must be 1 to {MAX_ID} characters from A-Z a-z 0-9 . _ - and must not "
+            f"start with '.', got {_show(run_id)}.",
             field="run_id",
         )
     return str(run_id)
@@ -434,23 +595,32 @@ def _parse_roles(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             'roles must be an object of role names to needs, e.g. {"dut": {"board": "stm32f4"}}.',
             field="roles",
         )
+    if len(raw) > MAX_ROLES:
+        raise ContractError(
+            f"roles has {len(raw)} entries; at most {MAX_ROLES} are allowed.", field="roles"
+        )
     roles: dict[str, dict[str, Any]] = {}
     for role, needs in raw.items():
         path = _child("roles", role)
         if not _ROLE_RE.fullmatch(role):
             raise ContractError(
-                f"{path}: a role name must be 1 to 64 characters from A-Z a-z 0-9 . _ -.",
+                f"{path}: a role name must be 1 to {MAX_ID} characters from A-Z a-z 0-9 . _ - "
+                "and must not start with '.'.",
                 field=path,
             )
         if not isinstance(needs, Mapping):
             raise ContractError(
                 f"{path} must be an object of capability names to required values.", field=path
             )
+        if len(needs) > MAX_NEEDS:
+            raise ContractError(
+                f"{path} has {len(needs)} needs; at most {MAX_NEEDS} are allowed.", field=path
+            )
         for key, want in needs.items():
             need_path = _child(path, key)
-            if not key:
+            if not key or len(key) > MAX_KEY:
                 raise ContractError(
-                    f"{need_path} is an empty capability name; name the capability needed.",
+                    f"{need_path}: a capability name must be 1 to {MAX_KEY} characters.",
                     field=need_path,
                 )
             if not _is_scalar(want):
@@ -459,6 +629,7 @@ def _parse_roles(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                     f"truthy), not {_show(want)}.",
                     field=need_path,
                 )
+            _check_value_length(want, need_path, None)
         roles[role] = dict(needs)
     return roles
 
@@ -490,12 +661,7 @@ def _parse_step(seq: int, item: object, roles: Mapping[str, Any]) -> StepSpec:
     at = f"steps[{seq}]"
     if not isinstance(item, Mapping):
         raise ContractError(f"{at} must be an object with at least a name.", field=at)
-    for key in item:
-        if key not in _STEP_KEYS:
-            close = difflib.get_close_matches(key, _STEP_KEYS, n=1)
-            field = _child(at, key)
-            hint = f'did you mean "{close[0]}"?' if close else f"use {', '.join(_STEP_KEYS)}."
-            raise ContractError(f"{field} is not a step key; {hint}", field=field)
+    _check_keys(item, _STEP_KEYS, at, "a step key")
     name = item.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > _MAX_STEP_NAME:
         raise ContractError(
@@ -529,9 +695,10 @@ def _parse_exec(seq: int, name: str, item: Mapping[str, Any], roles: Mapping[str
             field=f"{at}.role",
         )
     uses = item.get("uses", _DEFAULT_USES)
-    if not isinstance(uses, str) or not uses:
+    if not isinstance(uses, str) or not uses or len(uses) > MAX_KEY:
         raise ContractError(
-            f'{at}.uses must be an action name such as "shell".', field=f"{at}.uses"
+            f'{at}.uses must be an action name such as "shell", at most {MAX_KEY} characters.',
+            field=f"{at}.uses",
         )
     with_ = item.get("with", {})
     if not isinstance(with_, Mapping):
@@ -577,8 +744,14 @@ def _parse_ask(seq: int, name: str, item: Mapping[str, Any]) -> StepSpec:
 
 def _parse_after(at: str, item: Mapping[str, Any]) -> tuple[str, ...]:
     after = item.get("after", [])
-    if not isinstance(after, list | tuple) or not all(isinstance(n, str) for n in after):
-        raise ContractError(f"{at}.after must be a list of step names.", field=f"{at}.after")
+    if (
+        not isinstance(after, list | tuple)
+        or len(after) > MAX_STEPS
+        or not all(isinstance(n, str) for n in after)
+    ):
+        raise ContractError(
+            f"{at}.after must be a list of at most {MAX_STEPS} step names.", field=f"{at}.after"
+        )
     return tuple(after)
 
 

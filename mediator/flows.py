@@ -743,6 +743,7 @@ class Mediator(LifecycleMixin):
                 field="node_id",
             )
         caps = contract_mod.validate_capabilities(capabilities)
+        contract_mod.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
         if not isinstance(instance, str) or not instance or len(instance) > 128:
             raise ContractError(
                 "instance must be a non-empty string of at most 128 characters.", field="instance"

@@ -313,6 +313,7 @@ class LifecycleMixin:
             raise ContractError("attempt must be a whole number ≥ 1.", field="attempt")
         if not isinstance(log, str) or len(log) > MAX_LOG:
             raise ContractError(f"log must be text of at most {MAX_LOG} characters.", field="log")
+        log = contract_mod.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
         events: list[dict[str, Any]] = []
         ended = False
         rolled = False

@@ -14,6 +14,15 @@ the test session all need a private PostgreSQL cluster. ``testing.postgresql`` d
   A persistent cluster (``mediator serve --data DIR``) keeps PostgreSQL's durable defaults.
 * Clients connect over the cluster's unix socket, which is several times cheaper per round trip
   than TCP on loopback (quality.md §3 measures ``SELECT 1`` at ~90 µs).
+* Only its owner can reach it (issue 11 §10, docs/security.md "The embedded database"). The
+  cluster trusts whoever connects, so nobody else may connect at all: it listens on **no TCP
+  address**, only on a unix socket in ``<base>/tmp``, a directory of mode 0700 owned by the account
+  that runs the server (this account, or ``postgres``/``nobody`` when we are root — root passes
+  anyway). We chose this over password authentication: no secret to generate, store and rotate,
+  nothing that a leaked URL gives away, and the socket is faster than TCP besides.
+* A fixed port number (:data:`PORT`): with no TCP it only names the socket file, so every cluster
+  can use the same one, and a persistent cluster keeps one address across restarts — the one
+  ``mediator serve`` prints.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import testing.postgresql
 
@@ -40,6 +50,8 @@ INSTALL_HINT = (
 
 # Durability traded for speed: only for clusters that are thrown away anyway.
 EPHEMERAL_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+# Names the socket file (.s.PGSQL.5432) in the cluster's private socket directory; no TCP.
+PORT = 5432
 
 
 def find_server_binaries() -> tuple[str, str]:
@@ -128,12 +140,17 @@ class _Cluster(testing.postgresql.Postgresql):  # type: ignore[misc]
         super().initialize()
 
     def initialize_database(self) -> None:
+        # Every start, also of a cluster made by an older version: the socket directory (and the
+        # folder holding it) belongs to the server's account alone.
+        for path in (self.base_dir, os.path.join(self.base_dir, "tmp")):
+            os.chmod(path, 0o700)
+            if self.run_as is not None:
+                os.chown(path, self.run_as.uid, self.run_as.gid)
         data = os.path.join(self.base_dir, "data")
         if os.path.exists(os.path.join(data, "PG_VERSION")):
             return  # a persistent cluster that exists already
         argv = [self.initdb, "-D", data, "--lc-messages=C", *self.settings["initdb_args"].split()]
         if self.run_as is not None:
-            os.chmod(self.base_dir, 0o755)
             self.run_as.own(self.base_dir)
             argv = self.run_as.wrap(argv)
         done = subprocess.run(argv, capture_output=True, check=False)
@@ -142,7 +159,17 @@ class _Cluster(testing.postgresql.Postgresql):  # type: ignore[misc]
 
     def get_server_commandline(self) -> list[str]:
         argv: list[str] = super().get_server_commandline()
+        argv += ["-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"]  # no TCP
         return self.run_as.wrap(argv) if self.run_as is not None else argv
+
+    def dsn(self, **kwargs: Any) -> dict[str, Any]:
+        """pg8000's arguments (testing.postgresql's readiness check uses them): the socket."""
+        sock = os.path.join(self.base_dir, "tmp", f".s.PGSQL.{self.settings['port']}")
+        return {
+            "user": kwargs.get("user", "postgres"),
+            "database": kwargs.get("database", "test"),
+            "unix_sock": sock,
+        }
 
 
 class EmbeddedPostgres:
@@ -176,7 +203,7 @@ class EmbeddedPostgres:
                 self.run_as.check_reachable(base_dir)
             os.makedirs(base_dir, exist_ok=True)
         self.base_dir = base_dir
-        settings = ["-h", "127.0.0.1", "-F", "-c", "logging_collector=off"]
+        settings = ["-F", "-c", "logging_collector=off"]
         if self.ephemeral:
             for s in EPHEMERAL_SETTINGS:
                 settings += ["-c", s]
@@ -189,6 +216,7 @@ class EmbeddedPostgres:
             initdb_args="-U postgres -A trust -E UTF8 --locale=C",
             postgres=postgres,
             postgres_args=" ".join(settings),
+            port=PORT,
             run_as=self.run_as,
         )
         if self.ephemeral:
@@ -211,15 +239,18 @@ class EmbeddedPostgres:
         return f"host={self.socket_dir} port={self.port} user=postgres dbname={db}"
 
     def url(self, database: str | None = None) -> str:
-        """A postgresql:// URL over TCP loopback, for tools that want one (pgbench, psql)."""
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database or self.database}"
+        """The same address as a postgresql:// URL (the socket directory percent-encoded as the
+        host, as libpq reads it), for tools that want one (psql, pgbench, notebooks); the database
+        name is its last path segment, so ``url.rsplit("/", 1)[0]`` names the server."""
+        host = quote(self.socket_dir, safe="")
+        return f"postgresql://postgres@{host}:{self.port}/{database or self.database}"
 
     def ensure_database(self, database: str) -> None:
         """Create ``database`` on this cluster unless it exists."""
         import pg8000.native  # testing.postgresql's own driver; keeps psycopg in store/db.py
 
         con = pg8000.native.Connection(
-            "postgres", host="127.0.0.1", port=self.port, database="postgres"
+            "postgres", unix_sock=self._pg.dsn()["unix_sock"], database="postgres"
         )
         try:
             rows = con.run("SELECT 1 FROM pg_database WHERE datname = :d", d=database)

@@ -7,6 +7,11 @@ process and the record is always generated from the committed truth:
 * at seal: ``events.jsonl`` and one ``steps/<seq>-<name>.log`` per step, then ``seal.json`` last,
   created exclusively with the sha256 of every other file. Whoever creates ``seal.json`` sealed the
   run; everyone else finds it there and does nothing (I6). Sealed files are made read-only.
+
+Every path goes through :mod:`mediator.paths` (issue 11 §1): the run id must be a plain name, the
+folder must stay inside the root, and files are opened without following symlinks. Each seal
+stages its files in a folder of its own (``tempfile.mkdtemp``), so concurrent sealers — threads
+of one process included — never delete each other's files (issue 11 §7).
 """
 
 from __future__ import annotations
@@ -15,10 +20,15 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mediator import paths
+from mediator.paths import UnsafePath
 
 SEAL = "seal.json"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -37,42 +47,32 @@ class Verification:
         return self.sealed and not (self.changed or self.missing or self.extra)
 
 
-def _write_exclusive(path: Path, data: bytes) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True if this call created it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return False
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
-
-
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+
+
+def _parts(name: str) -> tuple[str, ...]:
+    return tuple(name.split("/"))
 
 
 class Records:
     """The record store rooted at ``root``."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        Path(root).mkdir(parents=True, exist_ok=True)
+        self.root = Path(root).resolve()
 
     def dir(self, run_id: str) -> Path:
-        return self.root / run_id
+        """The run's folder; :class:`UnsafePath` (400) for an id that is not a plain name."""
+        return paths.confined(self.root, run_id, field="run_id")
 
     def open(self, run_id: str, contract: Mapping[str, Any]) -> None:
         """Write ``contract.json`` if it is not there yet (idempotent)."""
-        d = self.dir(run_id)
-        d.mkdir(exist_ok=True)
-        _write_exclusive(d / "contract.json", _dumps(contract))
+        paths.make_dir(self.root, run_id)
+        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract))
 
     def is_sealed(self, run_id: str) -> bool:
-        return (self.dir(run_id) / SEAL).exists()
+        return os.path.lexists(self.dir(run_id) / SEAL)
 
     def seal(
         self,
@@ -87,33 +87,39 @@ class Records:
     ) -> bool:
         """Seal the record; False (and nothing written) if it was sealed already (I6)."""
         d = self.dir(run_id)
-        if (d / SEAL).exists():
+        if os.path.lexists(d / SEAL):
             return False
-        d.mkdir(exist_ok=True)
-        _write_exclusive(d / "contract.json", _dumps(contract))  # a cancel right after submit
+        paths.make_dir(self.root, run_id, "steps")
+        # a cancel right after submit may seal before open wrote the contract
+        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract))
         files: dict[str, bytes] = {
             "events.jsonl": b"".join(
                 (json.dumps(e, sort_keys=True, default=str) + "\n").encode() for e in events
             )
         }
         for seq, name, text in step_logs:
-            files[f"steps/{seq:04d}-{_SAFE.sub('_', name)}.log"] = text.encode("utf-8")
-        # Written into a private staging folder first: a concurrent sealer's files never mix
-        # with ours, and whoever creates seal.json first is the one whose files count.
-        staging = d / f".staging-{os.getpid()}-{id(self)}"
-        (staging / "steps").mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            (staging / name).write_bytes(data)
-        if (d / SEAL).exists():
-            _rmtree(staging)
-            return False
-        (d / "steps").mkdir(exist_ok=True)
-        for name in files:
-            if not (d / name).exists():
-                os.replace(staging / name, d / name)
-        _rmtree(staging)
+            safe = _SAFE.sub("_", name)
+            files[f"steps/{seq:04d}-{safe}.log"] = text.encode("utf-8", "replace")
+        # Staged in a folder no other sealer can have (issue 11 §7): a concurrent sealer's
+        # files never mix with ours, and whoever creates seal.json first is the one that counts.
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=d))
+        try:
+            (staging / "steps").mkdir()
+            for name, content in files.items():
+                (staging / name).write_bytes(content)
+            if os.path.lexists(d / SEAL):
+                return False
+            for name in files:
+                paths.move_in(staging / name, self.root, run_id, *_parts(name))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         names = ["contract.json", *files]
-        digests = {n: hashlib.sha256((d / n).read_bytes()).hexdigest() for n in sorted(names)}
+        digests = {}
+        for n in sorted(names):
+            data = paths.read_bytes(self.root, run_id, *_parts(n))
+            if data is None:
+                raise UnsafePath(f"Record file {n} of run {run_id} is not a plain file.")
+            digests[n] = hashlib.sha256(data).hexdigest()
         seal = {
             "run_id": run_id,
             "state": state,
@@ -121,59 +127,46 @@ class Records:
             "ended_at": ended_at,
             "sha256": digests,
         }
-        if not _write_exclusive(d / SEAL, _dumps(seal)):
+        if not paths.write_exclusive(self.root, run_id, SEAL, data=_dumps(seal)):
             return False
         for n in [*names, SEAL]:
-            (d / n).chmod(0o444)
+            paths.make_read_only(self.root, run_id, *_parts(n))
         return True
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """``seal.json`` once sealed, else the list of files so far; None if no record."""
         d = self.dir(run_id)
-        if not d.is_dir():
+        if not d.is_dir() or d.is_symlink():
             return None
-        if (d / SEAL).exists():
-            return dict(json.loads((d / SEAL).read_text("utf-8")), sealed=True)
-        files = sorted(
-            str(p.relative_to(d))
-            for p in d.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
-        )
-        return {"run_id": run_id, "sealed": False, "files": files}
+        sealed = paths.read_bytes(self.root, run_id, SEAL)
+        if sealed is not None:
+            return dict(json.loads(sealed.decode("utf-8")), sealed=True)
+        return {"run_id": run_id, "sealed": False, "files": paths.files_under(d)}
 
     def read_file(self, run_id: str, name: str) -> bytes | None:
-        """One record file; None for anything outside the run's record (no path traversal)."""
-        d = self.dir(run_id).resolve()
-        target = (d / name).resolve()
-        if d not in target.parents or not target.is_file():
+        """One file of the run's own record; None for anything else — another run's file, a
+        hidden staging file, a symlink, a name with ``..`` or a separator (issue 11 §1)."""
+        parts = _parts(name)
+        if not paths.safe_part(run_id) or len(parts) > 2 or not all(map(paths.safe_part, parts)):
             return None
-        return target.read_bytes()
+        return paths.read_bytes(self.root, run_id, *parts)
 
     def verify(self, run_id: str) -> Verification:
         """Re-hash every file against ``seal.json``."""
-        d = self.dir(run_id)
-        seal_path = d / SEAL
-        if not seal_path.exists():
+        if not paths.safe_part(run_id):
             return Verification(run_id, False, (), (), ())
-        sealed: dict[str, str] = json.loads(seal_path.read_text("utf-8"))["sha256"]
-        present = {
-            str(p.relative_to(d))
-            for p in d.rglob("*")
-            if p.is_file() and p.name != SEAL and not p.relative_to(d).parts[0].startswith(".")
-        }
-        changed = tuple(
-            sorted(
-                n
-                for n in sealed
-                if n in present and hashlib.sha256((d / n).read_bytes()).hexdigest() != sealed[n]
-            )
-        )
+        d = self.dir(run_id)
+        raw = paths.read_bytes(self.root, run_id, SEAL)
+        if raw is None:
+            return Verification(run_id, False, (), (), ())
+        sealed: dict[str, str] = json.loads(raw.decode("utf-8"))["sha256"]
+        present = set(paths.files_under(d, links=True)) - {SEAL}
+
+        def digest(n: str) -> str | None:
+            data = paths.read_bytes(self.root, run_id, *_parts(n))
+            return None if data is None else hashlib.sha256(data).hexdigest()
+
+        changed = tuple(sorted(n for n in sealed if n in present and digest(n) != sealed[n]))
         missing = tuple(sorted(set(sealed) - present))
         extra = tuple(sorted(present - set(sealed)))
         return Verification(run_id, True, changed, missing, extra)
-
-
-def _rmtree(path: Path) -> None:
-    for p in sorted(path.rglob("*"), reverse=True):
-        p.rmdir() if p.is_dir() else p.unlink()
-    path.rmdir()

@@ -475,13 +475,21 @@ def server_url(database_url: str | None = None) -> str:
     return str(_cluster.url("postgres"))
 
 
-def fresh_database(database_url: str | None = None) -> str:
-    """A new, empty database for one simulation (sim.md §2: runs can go side by side)."""
+def fresh_database(database_url: str | None = None, template: str | None = None) -> str:
+    """A new database for one simulation (sim.md §2: runs can go side by side): empty, or a copy
+    of `template` (a schema-loaded database on the same server, issue 14 §8)."""
     from mediator.pg import create_database
 
     admin, name_to_dsn = _server_dsn(database_url)
     name = f"sim_{os.getpid()}_{time.time_ns()}"
-    create_database(admin, name)
+    if template is None:
+        create_database(admin, name)
+    else:
+        from mediator.store.db import admin_execute
+
+        if not (name + template).replace("_", "").isalnum():
+            raise ValueError(f"unsafe database name {template!r}")
+        admin_execute(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return name_to_dsn(name)
 
 
@@ -490,6 +498,7 @@ def simulate(
     database_url: str | None = None,
     progress: bool | Callable[[int], None] = False,
     keep_records: str | None = None,
+    template: str | None = None,
 ) -> tuple[Plan, EngineOutput, Mediator, str]:
     """Run the engine; returns the plan, its output, the (still open) Mediator and records dir."""
     plan = scenario if isinstance(scenario, Plan) else materialize(scenario)
@@ -503,7 +512,7 @@ def simulate(
         wake_on_return=st.wake_on_return,
     )
     clock = VirtualClock()
-    dsn = fresh_database(database_url)
+    dsn = fresh_database(database_url, template)
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
     records = keep_records or tempfile.mkdtemp(prefix="sim-records-", dir=parent)
     med = Mediator.connect(dsn, config, clock, records_root=records, pool_size=2)

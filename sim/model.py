@@ -395,7 +395,8 @@ class ModelResult:
     Attributes:
         runs: one row per run — run_id, template, created_at, started_at, ended_at, wait_s,
             run_s, state, verdict, width, nodes (distinct node ids, sorted, comma-joined),
-            reject, warmup (among the first `warmup_runs`).
+            reject, warmup (among the first `warmup_runs`), source_id (the run's id in the
+            replayed trace; None when the workload is not a trace).
         promotions: every start of a run in order — at_s, run_id, nodes, how (`created`: at
             submit, 201; `promoted`: by a sweep), wake (the wake point of that sweep; 0 at submit).
             The differential test compares (at_s, run_id, nodes) with the real Mediator's.
@@ -461,11 +462,12 @@ class ModelResult:
         """Counts, throughput, waits of the measured runs with intervals, utilization, stuck
         time, advert share, virtual seconds per wall second.
 
-        The wait intervals come from one run — batch means for the mean, order statistics for
-        the quantiles (optimistic: waits are correlated) — so prefer replications
-        (`sim.analysis.replicate`) for claims that matter.
+        The wait intervals come from one run, by batch means and batch quantiles
+        (`sim.analysis.wait_statistics`; each `Interval` names its method), which hold for
+        correlated waits; a run too short for its load adds `warnings` (the command line
+        prints them). Replications (`sim.analysis.replicate`) are stronger still.
         """
-        from sim.analysis import batch_means, quantile_ci
+        from sim.analysis import wait_statistics
 
         runs = self.runs[~self.runs["warmup"]]
         waits = runs["wait_s"].dropna().to_numpy(dtype=float)
@@ -484,18 +486,7 @@ class ModelResult:
             out["utilization"] = float(self.utilization()["utilization"].mean())
         if self.wall_s:
             out["virtual_s_per_wall_s"] = self.end_s / self.wall_s
-        if waits.size:
-            out.update(
-                wait_mean_s=float(waits.mean()),
-                wait_p50_s=float(np.quantile(waits, 0.5)),
-                wait_p95_s=float(np.quantile(waits, 0.95)),
-                wait_p99_s=float(np.quantile(waits, 0.99)),
-                p_wait=float((waits > 0).mean()),
-            )
-        if waits.size >= 200:
-            out["wait_mean_ci"] = batch_means(waits)
-            for q in (0.5, 0.95, 0.99):
-                out[f"wait_p{round(q * 100)}_ci"] = quantile_ci(waits, q)
+        out.update(wait_statistics(waits))
         return out
 
 
@@ -1236,6 +1227,7 @@ class Model:
                 "nodes": [_ids(r.nodes) for r in runs],
                 "reject": [r.reject or None for r in runs],
                 "warmup": np.arange(len(runs)) < self.warmup,
+                "source_id": _source_ids(self.plan, len(runs)),
             }
         )
         promos = _frame(self.promos, ("at_s", "run_id", "nodes", "how", "wake"), ("at_s",))
@@ -1294,6 +1286,13 @@ def _seconds(values: list[int]) -> np.ndarray:
     out = a / US
     out[a < 0] = np.nan
     return out
+
+
+def _source_ids(plan: Plan, n: int) -> Any:
+    """The trace's own ids of the first `n` arrivals (issue 14 §7), or None for each run."""
+    if plan.source_ids:
+        return list(plan.source_ids[:n])
+    return np.full(n, None, dtype=object)
 
 
 def _ids(nodes: list[_Node]) -> str:

@@ -34,13 +34,19 @@ or any callable ``size -> Scenario`` for anything else (scaling two groups toget
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
+import functools
 import html
 import io
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
-from sim.analysis import Interval, erlang_c, mean_ci, mmc_wait_quantile, mmc_wq, quantile_ci
+from sim.analysis import Interval, erlang_c, mmc_wait_quantile, mmc_wq, sectioning
 from sim.analysis import replication_seeds as _seeds
 from sim.scenarios import Scenario
 
@@ -123,7 +129,9 @@ def simulate_one(task: PlanTask) -> Replication:
     elif task.engine == "mediator":
         from sim.result import run
 
-        result = run(task.scenario, database_url=task.database_url, progress=False)
+        with _task_template(task.database_url) as template:
+            result = run(task.scenario, database_url=task.database_url, progress=False,
+                         template=template, drop=task.database_url is not None)  # fmt: skip
         violations = len(result.violations)
     else:
         raise ValueError(f"engine {task.engine!r} not in {ENGINES}")
@@ -141,6 +149,25 @@ def simulate_one(task: PlanTask) -> Replication:
         wall_s=float(result.wall_s),
         violations=violations,
     )
+
+
+@contextlib.contextmanager
+def _task_template(database_url: str | None) -> Iterator[str | None]:
+    """A schema-loaded template database of this task's own on the server, dropped afterwards
+    (issue 14 §8): tasks on a Dask cluster share one PostgreSQL server and nothing else."""
+    if database_url is None:
+        yield None
+        return
+    from mediator.pg import create_database, drop_database
+    from mediator.store.db import load_schema
+
+    name = f"simtpl_{uuid.uuid4().hex}"
+    create_database(database_url, name)
+    try:
+        load_schema(database_url.rsplit("/", 1)[0] + "/" + name)
+        yield name
+    finally:
+        drop_database(database_url, name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +194,7 @@ class CapacityPlan:
             and, beside them, on the model for the same workload (empty when not confirmed).
         replications: every simulation's ``Replication``, grid and confirmation.
         scenario_name: the workload scenario's name, for titles.
+        confirmation_note: what the confirmation ran and what it shows.
     """
 
     target: dict[str, float]
@@ -177,6 +205,7 @@ class CapacityPlan:
     confirmation: pd.DataFrame
     replications: list[Replication] = field(repr=False)
     scenario_name: str = ""
+    confirmation_note: str = ""
 
     @property
     def quantile(self) -> float:
@@ -369,6 +398,7 @@ class CapacityPlan:
                 f"<h1>Capacity plan: {html.escape(self.scenario_name)}</h1>",
                 f"<p><b>{html.escape(self.headline())}</b></p>",
                 f"<p>{html.escape(method)}</p>",
+                f"<p>{html.escape(self.confirmation_note)}</p>",
                 f"<img alt='capacity plan chart' src='data:image/png;base64,{png}'>",
                 self._table_html(),
             ]
@@ -407,11 +437,16 @@ def _intervals(
         for q in quantiles:
             out[_pct(q)] = _nan_interval(float(np.quantile(pooled, q)))
         return out
-    ci = mean_ci([s.mean() for s in samples])
-    out["mean"] = Interval(float(pooled.mean()), ci.low, ci.high, ci.n, ci.conf)
+    # Sectioning: centred on the pooled figure, so the estimate is always inside its interval.
+    how = f"replications, {len(samples)}" if distinct else f"batches of one run, {len(samples)}"
+    out["mean"] = sectioning(samples, lambda a: float(a.mean()), method=how)
     for q in quantiles:
-        out[_pct(q)] = quantile_ci(samples, q)
+        out[_pct(q)] = sectioning(samples, functools.partial(_quantile_of, q=q), method=how)
     return out
+
+
+def _quantile_of(a: npt.NDArray[np.float64], q: float) -> float:
+    return float(np.quantile(a, q))
 
 
 def _erlang(scenario: Scenario, quantiles: Iterable[float]) -> dict[str, float]:
@@ -458,6 +493,7 @@ def _row(
         # Waits are never negative: a t-interval reaching below 0 is cut there.
         low = max(0.0, i.low) if math.isfinite(i.low) else i.low
         row[f"{name}_s"], row[f"{name}_low"], row[f"{name}_high"] = i.estimate, low, i.high
+    row["interval_method"] = iv["mean"].method if "mean" in iv else ""
     row["p_wait"] = float((all_waits > 0).mean()) if all_waits.size else math.nan
     row["utilization"] = float(np.mean([r.utilization for r in reps])) if reps else math.nan
     row.update(_erlang(scenario, quantiles))
@@ -511,26 +547,128 @@ def _truncated(scenario: Scenario, runs: int | None) -> Scenario:
     return dataclasses.replace(scenario, horizon_runs=runs, warmup_runs=warmup)
 
 
-def _default_executor(tasks: int) -> ProcessPoolExecutor:
-    # Spawned, not forked: a notebook kernel or a test session has threads and open database
-    # connections that a forked child would inherit.
+def _main_is_guarded() -> bool:
+    """Whether a spawned worker may import ``__main__`` again without rerunning the caller: true
+    in a notebook or a REPL (no script file), or a script with a ``__main__`` guard."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or not str(path).endswith(".py"):
+        return True
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return re.search(r"""^\s*if\s+__name__\s*==\s*['"]__main__['"]\s*:""", text, re.M) is not None
+
+
+def _default_executor(tasks: int) -> Executor | None:
+    """A local process pool, one worker per core — or None (run here, one after the other).
+
+    Spawned workers import ``__main__`` again; a plain script without a main guard would rerun
+    itself in every worker and break the pool (BrokenProcessPool, issue 14 §4). So: spawn when
+    that is safe (notebooks, guarded scripts); else fork when this process has no other thread
+    (forking threads is unsafe); else run in-process.
+    """
     workers = max(1, min(os.cpu_count() or 1, tasks))
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    if workers == 1:
+        return None
+    if _main_is_guarded():
+        # Spawned, not forked: a notebook kernel or a test session has threads and open
+        # database connections that a forked child would inherit.
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    return None
+
+
+def _map(
+    pool: Executor | None, tasks: list[PlanTask], desc: str, progress: bool
+) -> list[Replication]:
+    """Run tasks (in order of the list) with a progress bar over their completions."""
+    bar: Any = None
+    # Submit first: a fork pool starts its workers on the first submit, before tqdm's monitor
+    # thread exists (forking a process with threads is unsafe).
+    futures = [pool.submit(simulate_one, t) for t in tasks] if pool is not None else []
+    if progress:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
+
+        bar = tqdm(total=len(tasks), desc=desc, unit="sim")
+    try:
+        if pool is None:
+            out = []
+            for t in tasks:
+                out.append(simulate_one(t))
+                if bar is not None:
+                    bar.update(1)
+            return out
+        if bar is not None:
+            from concurrent.futures import as_completed
+
+            for _ in as_completed(futures):
+                bar.update(1)
+        return [f.result() for f in futures]
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _check_target(target: Mapping[str, float]) -> tuple[float, float]:
+    """The target's (quantile, wait_s); a wrong key is named with the keys expected."""
+    keys = set(target)
+    if keys != {"quantile", "wait_s"}:
+        wrong = sorted(keys - {"quantile", "wait_s"})
+        missing = sorted({"quantile", "wait_s"} - keys)
+        what = f"unknown key {wrong[0]!r}" if wrong else f"missing key {missing[0]!r}"
+        raise ValueError(
+            f"target: {what}; expected {{'quantile': 0.95, 'wait_s': 600}} "
+            f"(the q-quantile of the wait must be at most wait_s seconds)"
+        )
+    q, wait_s = float(target["quantile"]), float(target["wait_s"])
+    if not 0 < q < 1 or wait_s < 0:
+        raise ValueError("target needs a quantile in (0, 1) and wait_s >= 0")
+    return q, wait_s
+
+
+def is_deterministic(scenario: Scenario) -> bool:
+    """Whether the seed changes nothing: a trace or scripted arrivals, constant (or traced)
+    durations, no failures, asks or random fleet processes — replications would be identical."""
+    from sim.scenarios import Constant, Scripted, Trace
+
+    wl = scenario.workload
+    if not isinstance(wl.arrivals, Trace | Scripted) or scenario.fleet.random:
+        return False
+    for t in wl.templates:
+        for st in t.steps:
+            if st.kind == "ask" or st.fail_p or st.retry_p:
+                return False
+            if not isinstance(wl.arrivals, Trace) and not isinstance(st.duration, Constant):
+                return False
+    return True
+
+
+#: The real Mediator's confirmation replays at most this many runs per simulation by default:
+#: it checks that the Mediator schedules them exactly as the model does (same waits), which a
+#: bounded prefix shows as well as the whole; the target itself is judged on the grid.
+CONFIRM_RUNS = 1500
 
 
 def plan(
     workload: Workload,
     target: Mapping[str, float],
     fleet_sizes: Iterable[int],
-    replications: int = 5,
+    replications: int | None = None,
     executor: Executor | None = None,
     engine: str = "model",
     *,
     group: int | str = 0,
     confirm_replications: int | None = None,
-    confirm_runs: int | None = None,
+    confirm_runs: int | None = CONFIRM_RUNS,
     database_url: str | None = None,
     batches: int = 10,
+    progress: bool = True,
+    scheduler: str | None = None,
+    per_class: bool = False,
 ) -> CapacityPlan:
     """Find the smallest fleet whose wait quantile meets a target (sim.md §8).
 
@@ -541,32 +679,49 @@ def plan(
             excluded) must be at most ``wait_s`` seconds.
         fleet_sizes: the sizes to simulate.
         replications: independent replications per size (common random numbers: the same seeds
-            at every size). 1 is right for a trace replay, which has no randomness: intervals
-            then come from ``batches`` consecutive stretches of the run.
-        executor: where the simulations run; None: a local process pool, one worker per core.
-            A Dask cluster's ``client.get_executor()`` works the same.
+            at every size). None: 1 for a workload with no randomness (a trace replay,
+            ``is_deterministic``) — intervals then come from ``batches`` consecutive stretches of
+            the run — else 5.
+        executor: where the simulations run; None: a local process pool, one worker per core
+            (or in-process when a pool cannot start safely, see ``_default_executor``). A Dask
+            cluster's ``client.get_executor()`` works the same.
         engine: the grid's engine, ``"model"`` (fast) or ``"mediator"`` (every figure from the
             real Mediator).
         group: which node group a ``Scenario`` workload resizes (index or ``id_prefix``).
         confirm_replications: replications of the recommended size and its grid neighbours on
-            the real Mediator, with the grid's first seeds; None: as many as the grid; 0: no
-            confirmation.
+            the real Mediator, with the grid's first seeds; None: as many as the grid, at most 2;
+            0: no confirmation.
         confirm_runs: cap the confirmation workload at this many runs (the first ones), to keep
-            the real Mediator within a time budget; the model runs the same capped workload
-            beside it, so both are shown on equal terms.
-        database_url: the PostgreSQL server the Mediator's databases are created on (a fresh one
-            per simulation); None starts one embedded cluster for the whole plan.
+            the real Mediator within a time budget (default ``CONFIRM_RUNS``; None: the whole
+            workload); the model runs the same capped workload beside it, so both are shown on
+            equal terms. What it confirms is ``CapacityPlan.confirmation_note``.
+        database_url: the PostgreSQL server the Mediator's databases are created on (each task
+            makes its own template database and its simulation's database, and drops both);
+            None starts one embedded cluster for the whole plan.
         batches: how many batches make the interval when there is a single distinct replication.
+        progress: progress bars (tqdm) for the grid and the confirmation, and the
+            confirmation's size and meaning printed before it runs.
+        scheduler: a Dask scheduler's address: the simulations run on that cluster
+            (``executor`` is then ignored); give ``database_url`` a server its workers reach.
+        per_class: for a fleet of several node groups, size each group (capability class)
+            separately — see ``CapacityPlan.per_class``.
 
     Returns:
         The ``CapacityPlan``.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} not in {ENGINES}")
-    q, wait_s = float(target["quantile"]), float(target["wait_s"])
-    if not 0 < q < 1 or wait_s < 0:
-        raise ValueError("target needs a quantile in (0, 1) and wait_s >= 0")
+    q, wait_s = _check_target(target)
+    if per_class:
+        from sim.classplan import plan_classes
+
+        if not isinstance(workload, Scenario):
+            raise ValueError("per_class needs a Scenario (its node groups are the classes)")
+        return plan_classes(workload, target, fleet_sizes, replications or 5)  # type: ignore[return-value]
     sizes = sorted(set(int(s) for s in fleet_sizes))
+    if replications is None:
+        first = sized(workload, sizes[0], group) if sizes else None
+        replications = 1 if first is not None and is_deterministic(first) else 5
     if not sizes or sizes[0] < 1 or replications < 1:
         raise ValueError("need fleet sizes >= 1 and replications >= 1")
     tgt = {"quantile": q, "wait_s": wait_s}
@@ -574,10 +729,16 @@ def plan(
     scenarios = {s: sized(workload, s, group) for s in sizes}
     base_seed = scenarios[sizes[0]].seed
     seeds = _seeds(base_seed, replications)
-    n_confirm = replications if confirm_replications is None else confirm_replications
+    n_confirm = min(replications, 2) if confirm_replications is None else confirm_replications
 
+    client: Any = None
+    if scheduler is not None:
+        from distributed import Client
+
+        client = Client(scheduler)  # type: ignore[no-untyped-call, unused-ignore]
+        executor = client.get_executor()
     own_pool = executor is None
-    pool = executor or _default_executor(len(sizes) * replications)
+    pool = executor if executor is not None else _default_executor(len(sizes) * replications)
     embedded: Any = None
 
     def server() -> str:
@@ -602,7 +763,7 @@ def plan(
         ]
 
     try:
-        grid_reps = list(pool.map(simulate_one, tasks(sizes, engine, replications, None)))
+        grid_reps = _map(pool, tasks(sizes, engine, replications, None), "grid", progress)
         rows = [
             _row(
                 "grid",
@@ -622,13 +783,17 @@ def plan(
 
         confirm_reps: list[Replication] = []
         crows: list[dict[str, Any]] = []
+        note = "No confirmation on the real Mediator."
         # A grid on the Mediator needs no confirmation: it already is the real thing.
         if recommended is not None and n_confirm and engine == "model":
             i = sizes.index(recommended)
             near = sizes[max(0, i - 1) : i + 2]
             n = min(n_confirm, replications)
             work = tasks(near, "mediator", n, confirm_runs) + tasks(near, "model", n, confirm_runs)
-            confirm_reps = list(pool.map(simulate_one, work))
+            note = _confirm_note(near, n, work[0].scenario)
+            if progress:
+                print(note, flush=True)
+            confirm_reps = _map(pool, work, "confirmation", progress)
             for s in near:
                 med = [r for r in confirm_reps if r.size == s and r.engine == "mediator"]
                 mod = [r for r in confirm_reps if r.size == s and r.engine == "model"]
@@ -638,8 +803,10 @@ def plan(
                     row = _row("confirm", eng, s, reps, sc, quantiles, tgt, batches)
                     crows.append({**row, "max_abs_diff_s": diff})
     finally:
-        if own_pool:
+        if own_pool and pool is not None:
             pool.shutdown()
+        if client is not None:
+            client.close()
         if embedded is not None:
             embedded.stop()
     return CapacityPlan(
@@ -651,4 +818,17 @@ def plan(
         confirmation=pd.DataFrame(crows),
         replications=grid_reps + confirm_reps,
         scenario_name=scenarios[sizes[0]].name,
+        confirmation_note=note,
+    )
+
+
+def _confirm_note(near: Sequence[int], n: int, scenario: Scenario) -> str:
+    """What the confirmation runs and what it shows (printed before it runs, issue 14 §4)."""
+    runs = scenario.horizon_runs
+    size = f"the first {runs:,} runs" if runs is not None else "the whole workload"
+    return (
+        f"Confirmation on the real Mediator: sizes {', '.join(map(str, near))}, {size}, "
+        f"{n} replication(s), beside the model on the same runs. It checks that the Mediator "
+        f"schedules these runs exactly as the model did (max |wait difference|); the target "
+        f"itself is judged on the grid."
     )

@@ -122,6 +122,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
             "nodes": [_nodes_text(a) for a in runs["assigned"]],
             "reject": [(r or {}).get("code") for r in runs["reject"]],
             "warmup": runs["_i"].to_numpy() < sc.warmup_runs,
+            "source_id": [plan.source_ids[i] if plan.source_ids else None for i in runs["_i"]],
         }
     )
     events = med.query(
@@ -213,6 +214,9 @@ def run(
     scenario: Scenario | Plan,
     database_url: str | None = None,
     progress: bool | Callable[[int], None] = True,
+    *,
+    template: str | None = None,
+    drop: bool = False,
 ) -> SimResult:
     """Simulate ``scenario`` on the real Mediator and a fresh PostgreSQL database.
 
@@ -221,12 +225,20 @@ def run(
         database_url: a PostgreSQL server to create the run's database on (its user may create
             databases); ``None`` starts an embedded cluster once per process.
         progress: a progress bar (tqdm; the notebook flavour inside Jupyter), or a callback.
+        template: create the run's database as a copy of this schema-loaded database on the
+            same server (``database_url``), instead of an empty one.
+        drop: drop the run's database once the result is read (a sweep on a shared server).
 
     Returns:
         The ``SimResult``; ``violations`` must be empty.
     """
-    plan, out, med, _records = simulate(scenario, database_url, progress)
+    plan, out, med, _records = simulate(scenario, database_url, progress, template=template)
+    dsn = med.database_url
     try:
         return read_result(plan, out, med)
     finally:
         med.close()
+        if drop and database_url:
+            from mediator.pg import drop_database
+
+            drop_database(database_url, dsn.rsplit("/", 1)[1].split("?")[0])

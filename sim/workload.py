@@ -84,12 +84,18 @@ class Arrival:
 
 @dataclass(frozen=True)
 class Plan:
-    """A scenario made concrete: nodes, arrivals in submit order, fleet events in apply order."""
+    """A scenario made concrete: nodes, arrivals in submit order, fleet events in apply order.
+
+    `source_ids`, for a trace replay, holds each arrival's id in the trace (a CSV's `run_id`,
+    an SWF job number), in arrival order, so results join back to the user's data (issue 14
+    §7); empty otherwise. The plan's own run_ids are renumbered: they must sort in arrival order.
+    """
 
     scenario: Scenario
     nodes: tuple[NodeSpec, ...]
     arrivals: tuple[Arrival, ...]
     fleet_events: tuple[FleetEvent, ...]
+    source_ids: tuple[str, ...] = ()
 
     @property
     def end_s(self) -> float | None:
@@ -213,7 +219,8 @@ def _arrival_times(scenario: Scenario) -> tuple[np.ndarray, np.ndarray | None, A
 
         if proc.format == "swf":
             df = traces.read_swf(proc.path)
-            rows = df.assign(duration_s=df["run_s"])[["submit_s", "duration_s"]]
+            rows = df.assign(duration_s=df["run_s"], run_id=df["job"].astype(str))
+            rows = rows[["submit_s", "duration_s", "run_id"]]
         elif proc.format == "csv":
             if proc.path is None:
                 raise ValueError("a CSV trace needs a path")
@@ -389,4 +396,6 @@ def _materialize(scenario: Scenario) -> Plan:
         )
     )
     end = scenario.horizon_s if scenario.horizon_s is not None else float(times[-1]) if n else 0.0
-    return Plan(scenario, tuple(nodes), arrivals, tuple(_fleet_events(scenario, nodes, end)))
+    sources = tuple(rows["run_id"].astype(str)) if rows is not None and "run_id" in rows else ()
+    fleet = tuple(_fleet_events(scenario, nodes, end))
+    return Plan(scenario, tuple(nodes), arrivals, fleet, sources)

@@ -10,7 +10,7 @@ internal path, a stack trace or SQL (SECURITY-15).
 from __future__ import annotations
 
 import contextlib
-import json
+import difflib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -27,8 +28,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mediator.api.auth import Principal, Tokens
-from mediator.api.events import EventFeed
-from mediator.api.limits import BodyLimit
+from mediator.api.events import EventFeed, StreamGauge, StreamsFull
+from mediator.api.limits import BadRequest, BodyLimit, decode
 from mediator.api.metrics import Metrics
 from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
 from mediator.flows import Mediator
@@ -36,6 +37,7 @@ from mediator.flows import Mediator
 log = logging.getLogger("mediator.api")
 
 MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
+MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 UI_DIR = Path(__file__).with_name("ui")
 
 
@@ -45,6 +47,19 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
 
 # FastAPI resolves annotations by name at import time: the alias must live at module level.
 Auth = Annotated[str | None, Header(alias="Authorization")]
+Seq = Annotated[int, PathParam(ge=0, le=MAX_INT)]
+AskId = Annotated[int, PathParam(ge=1, le=MAX_INT)]
+
+
+def _known_fields(request: Request, parents: list[str]) -> list[str]:
+    """The field names of the body model at ``parents`` (for "did you mean", issue 15 §3)."""
+    route = request.scope.get("route")
+    info = getattr(getattr(route, "body_field", None), "field_info", None)
+    model: Any = getattr(info, "annotation", None)
+    for name in parents:
+        fields = getattr(model, "model_fields", {})
+        model = fields[name].annotation if name in fields else None
+    return list(getattr(model, "model_fields", {}))
 
 
 # ---- request bodies ---------------------------------------------------------------------------
@@ -72,7 +87,7 @@ class ClaimBody(_Body):
 class ResultBody(_Body):
     node_id: str
     instance: str | None = None
-    attempt: int
+    attempt: Annotated[int, Field(ge=1, le=MAX_INT)]
     outcome: str
     log: str = ""
 
@@ -86,8 +101,14 @@ class AnswerBody(_Body):
 def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = MAX_BODY) -> FastAPI:
     """Build the API around one Mediator. ``tokens=None`` is the development mode."""
     tokens = tokens or Tokens(None)
-    feed = EventFeed(med)
+    feed = EventFeed(
+        med,
+        keepalive_s=med.config.events_keepalive_seconds,
+        max_streams=med.config.events_max_streams,
+        max_per_principal=med.config.events_max_streams_per_principal,
+    )
     metrics = Metrics(med)
+    metrics.registry.register(StreamGauge(feed))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -120,6 +141,12 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         field = ".".join(loc) or None
         msg = first.get("msg", "invalid request")
         where = f"{field}: " if field else ""
+        if first.get("type") == "extra_forbidden" and loc:
+            # Issue 15 §3: name the unknown field and the closest known one.
+            known = _known_fields(request, loc[:-1])
+            close = difflib.get_close_matches(loc[-1], known, n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"use {', '.join(known)}."
+            return _error(400, "unknown_field", f"{field} is not a known field; {hint}", field)
         return _error(400, "invalid_request", f"{where}{msg}.", field)
 
     @app.exception_handler(StarletteHTTPException)
@@ -156,10 +183,16 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         if not (p.dev or p.admin or p.role in roles):
             raise Forbidden(f"This route needs the {' or '.join(roles)} role.", code="wrong_role")
 
+    def require_node(p: Principal) -> None:
+        """Node routes need a node token: an admin may cancel and answer but never act as a
+        node (issue 11 §11, docs/security.md "Threat model")."""
+        if not (p.dev or p.role == "node"):
+            raise Forbidden("This route needs a node's own token.", code="wrong_role")
+
     def as_node(p: Principal, node_id: str) -> None:
         """A node acts only for itself: the principal bound at its first advert (§9)."""
-        require(p, "node")
-        if p.dev or p.admin:
+        require_node(p)
+        if p.dev:
             return
         owner = med.node_principal(node_id)
         if owner is None:
@@ -171,7 +204,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     @app.post("/v1/nodes", tags=["nodes"])
     def post_advert(body: AdvertBody, authorization: Auth = None) -> dict[str, Any]:
         p = caller(authorization)
-        require(p, "node")
+        require_node(p)
         ttl = med.advert(
             body.node_id,
             body.capabilities,
@@ -191,7 +224,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     # 3 -- claim
     @app.post("/v1/runs/{run_id}/steps/{seq}/claim", tags=["nodes"])
     def post_claim(
-        run_id: str, seq: int, body: ClaimBody, authorization: Auth = None
+        run_id: str, seq: Seq, body: ClaimBody, authorization: Auth = None
     ) -> dict[str, Any]:
         as_node(caller(authorization), body.node_id)
         return med.claim(run_id, seq, body.node_id, body.instance).to_dict()
@@ -199,7 +232,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     # 4 -- result
     @app.post("/v1/runs/{run_id}/steps/{seq}/result", tags=["nodes"])
     def post_result(
-        run_id: str, seq: int, body: ResultBody, authorization: Auth = None
+        run_id: str, seq: Seq, body: ResultBody, authorization: Auth = None
     ) -> dict[str, Any]:
         as_node(caller(authorization), body.node_id)
         r = med.report(
@@ -228,11 +261,14 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     ) -> JSONResponse:
         p = caller(authorization)
         require(p, "client")
-        raw = await request.body()
-        try:
-            doc = json.loads(raw) if raw else None
-        except (ValueError, UnicodeDecodeError):
-            raise ContractError("The body is not valid JSON.", field=None) from None
+        # BodyLimit decoded and checked the body already (depth, numbers, duplicates, text).
+        doc = getattr(request.state, "json_body", None)
+        if doc is None:
+            raw = await request.body()
+            try:
+                doc = decode(raw) if raw else None
+            except BadRequest as exc:
+                raise ContractError(exc.message, field=exc.field, code=exc.code) from None
         if not isinstance(doc, dict):
             raise ContractError("The contract must be a JSON object.", field=None)
         sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
@@ -299,7 +335,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     # 13 -- answer
     @app.post("/v1/asks/{ask_id}/answer", tags=["asks"])
-    def post_answer(ask_id: int, body: AnswerBody, authorization: Auth = None) -> dict[str, Any]:
+    def post_answer(ask_id: AskId, body: AnswerBody, authorization: Auth = None) -> dict[str, Any]:
         p = caller(authorization)
         require(p, "client")
         r = med.answer(ask_id, body.answer, body.ok, principal=p.name)
@@ -310,15 +346,20 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             "step_state": r.step_state,
         }
 
-    # 14 -- server-sent events
-    @app.get("/v1/events", tags=["events"], response_class=StreamingResponse)
-    def get_events(
+    # 14 -- server-sent events (async: an idle stream holds no worker thread; issue 11 §2)
+    @app.get(
+        "/v1/events",
+        tags=["events"],
+        response_class=StreamingResponse,
+        responses={503: {"description": "Too many open event streams; see Retry-After"}},
+    )
+    async def get_events(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
         after: int | None = None,
         limit: Annotated[int | None, Query(ge=1)] = None,
         authorization: Auth = None,
-    ) -> StreamingResponse:
-        caller(authorization)
+    ) -> Response:
+        p = caller(authorization)
         start = after
         if last_event_id is not None:
             try:
@@ -327,8 +368,14 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
                 raise ContractError(
                     "Last-Event-ID must be an event id.", field="Last-Event-ID"
                 ) from None
+        try:
+            ticket = feed.admit(p.name)
+        except StreamsFull as full:
+            refused = _error(503, "too_many_streams", full.message)
+            refused.headers["Retry-After"] = str(full.retry_after)
+            return refused
         return StreamingResponse(
-            feed.stream(start, limit),
+            feed.stream(ticket, start, limit),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

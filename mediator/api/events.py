@@ -2,18 +2,35 @@
 
 Every commit that inserts into ``events`` NOTIFYs ``mediator_events`` (a statement trigger), and
 NOTIFY is delivered on commit only — so subscribers of every Mediator process hear of every
-committed change and never of a rolled-back one (PushAsks, R12). One listener thread per process
-wakes the streams; each stream then reads the ``events`` table after its last id, keeping only
-rows older than the snapshot's xmin, so an id that commits late is delivered, not skipped.
+committed change and never of a rolled-back one (PushAsks, R12). Rows are read after the last id
+seen, keeping only rows older than the snapshot's xmin, so an id that commits late is delivered,
+not skipped.
+
+Why it is shaped this way (issue 11 §2, docs/security.md "Event streams"): a stream is idle for
+hours — an open panel tab — so it must cost no thread. A stream is an async generator on the event
+loop; the process has **one** LISTEN connection (a dedicated thread, not a thread-pool slot) and
+**one** pump task that reads new rows once per wake-up for every stream and keeps them in a shared
+buffer; a stream only copies frames out of that buffer. A stream that replays older history
+(``Last-Event-ID``) reads the table itself, a page at a time, until it reaches the buffer. Each
+stream sends a ``: keepalive`` comment when it has sent nothing for ``keepalive_s`` seconds, so a
+client that vanished is noticed at the latest by that write. The number of open streams is capped
+in total and per principal (:class:`StreamsFull` → 503 with ``Retry-After``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio.to_thread
+from prometheus_client.core import GaugeMetricFamily
 
 from mediator.errors import MediatorError
 
@@ -22,77 +39,267 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mediator.events")
 
-KEEPALIVE_S = 15.0
+CHANNEL = "mediator_events"
+KEEPALIVE_S = 15.0  # the default; Config.events_keepalive_seconds
+MAX_STREAMS = 512  # the defaults of Config.events_max_streams / _per_principal
+MAX_STREAMS_PER_PRINCIPAL = 64
+RETRY_AFTER_S = 10  # what a refused client is told to wait (seconds)
+# How often the pump re-reads while streams are open even without a NOTIFY: a row held back by
+# the xmin horizon (an older transaction still open) becomes deliverable without one.
+HORIZON_S = 1.0
+PAGE = 500  # rows per read
+BUFFER = 2000  # frames kept for streams that are a little behind
+LISTEN_TIMEOUT_S = 5.0  # the LISTEN connection is renewed this often (it also checks stop)
+
+
+class StreamsFull(Exception):
+    """Too many open streams (in total or for this principal): answer 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: int = RETRY_AFTER_S) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class Ticket:
+    """One admitted stream's place under the caps; released exactly once (or when collected,
+    should a response never start streaming)."""
+
+    def __init__(self, feed: EventFeed, principal: str) -> None:
+        self._feed = feed
+        self.principal = principal
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._feed._release(self.principal)
+
+    def __del__(self) -> None:
+        self.release()
 
 
 class EventFeed:
-    """Fan-out of NOTIFY wake-ups to any number of SSE streams."""
+    """Fan-out of committed ``events`` rows to any number of SSE streams (see the module doc)."""
 
-    def __init__(self, med: Mediator, keepalive_s: float = KEEPALIVE_S) -> None:
+    def __init__(
+        self,
+        med: Mediator,
+        keepalive_s: float = KEEPALIVE_S,
+        max_streams: int = MAX_STREAMS,
+        max_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
+        horizon_s: float = HORIZON_S,
+    ) -> None:
         self.med = med
         self.keepalive_s = keepalive_s
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self.max_streams = max_streams
+        self.max_per_principal = max_per_principal
+        self.horizon_s = horizon_s
+        self._lock = threading.RLock()  # admission counts (a Ticket's __del__ may run anywhere)
+        self._by_principal: dict[str, int] = {}
+        self._open = 0
+        # Set once the first stream starts, on that stream's event loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None  # the listener's NOTIFY, or stop()
+        self._changed: asyncio.Event | None = None  # replaced at every change; waiters hold one
+        self._pump_task: asyncio.Task[None] | None = None
+        self._stopping = threading.Event()
+        # The shared buffer: ids and frames of rows after ``_floor`` (None: not read yet).
+        self._floor: int | None = None
+        self._ids: list[int] = []
+        self._frames: list[bytes] = []
 
-    def _ensure_listener(self) -> None:
+    # ---- admission (issue 11 §2: every resource a client can hold has a limit) ------------------
+    @property
+    def open_streams(self) -> int:
+        return self._open
+
+    def admit(self, principal: str) -> Ticket:
+        """A place for one more stream of ``principal``, or :class:`StreamsFull`."""
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._listen, name="mediator-listen", daemon=True
+            if self._stopping.is_set():
+                raise StreamsFull("The server is shutting down; reconnect to another.")
+            if self._open >= self.max_streams:
+                raise StreamsFull(
+                    f"This server holds its limit of {self.max_streams} event streams; "
+                    f"retry after {RETRY_AFTER_S} s."
                 )
-                self._thread.start()
+            mine = self._by_principal.get(principal, 0)
+            if mine >= self.max_per_principal:
+                raise StreamsFull(
+                    f"This principal holds its limit of {self.max_per_principal} event streams; "
+                    f"close one or retry after {RETRY_AFTER_S} s."
+                )
+            self._open += 1
+            self._by_principal[principal] = mine + 1
+        return Ticket(self, principal)
 
-    def _listen(self) -> None:
+    def _release(self, principal: str) -> None:
+        with self._lock:
+            self._open -= 1
+            left = self._by_principal.get(principal, 1) - 1
+            if left > 0:
+                self._by_principal[principal] = left
+            else:
+                self._by_principal.pop(principal, None)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """End every stream and the pump (server shutdown). Safe from any thread."""
+        self._stopping.set()
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                loop.call_soon_threadsafe(self._on_stop)
+
+    def _on_stop(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+        self._notify_changed()
+
+    def _ensure_started(self) -> None:
+        """Start the listener thread and the pump task, once, on the calling event loop."""
+        if self._pump_task is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._pump_task = loop.create_task(self._pump(), name="mediator-events-pump")
+        threading.Thread(
+            target=self._listen, args=(loop,), name="mediator-listen", daemon=True
+        ).start()
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The one LISTEN connection of this process: each NOTIFY wakes the pump."""
         backoff = 0.5
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             try:
-                for _ in self.med.store.notifications("mediator_events", timeout=1.0):
-                    self._bump()
+                for _ in self.med.store.notifications(CHANNEL, timeout=LISTEN_TIMEOUT_S):
+                    loop.call_soon_threadsafe(self._poke)
                     backoff = 0.5
-                # A timeout: wake streams anyway so they re-check the xmin horizon.
-                self._bump()
             except MediatorError:
                 log.warning("event listener lost the database; retrying in %.1fs", backoff)
-                self._stop.wait(backoff)
+                self._stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+            except RuntimeError:
+                return  # the event loop is closed: the server is gone
 
-    def _bump(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._bump()
+    def _notify_changed(self) -> None:
+        old, self._changed = self._changed, asyncio.Event()
+        if old is not None:
+            old.set()
 
-    def stream(self, after: int | None, limit: int | None = None) -> Iterator[bytes]:
-        """SSE frames from event id ``after`` (None: from now on); ``limit`` ends the stream after
-        that many events (for scripts and tests)."""
-        self._ensure_listener()
-        with self.med.store.tx() as tx:
-            last = tx.last_event_id() if after is None else after
-        sent = 0
-        yield b": connected\n\n"
-        while not self._stop.is_set():
-            with self._cond:
-                seen = self._generation
-            with self.med.store.tx() as tx:
-                rows = tx.events_since(last)
-            for row in rows:
-                last = row["id"]
-                data = {**row, "at": row["at"].isoformat()}
-                frame = f"id: {row['id']}\nevent: {row['kind']}\ndata: {json.dumps(data)}\n\n"
-                yield frame.encode()
-                sent += 1
-                if limit is not None and sent >= limit:
-                    return
+    async def _pump(self) -> None:
+        """Read new rows once per wake-up (NOTIFY, or every ``horizon_s`` while streams are open)
+        into the shared buffer, and wake the streams if there were any."""
+        assert self._wake is not None
+        while not self._stopping.is_set():
+            try:
+                if self._floor is None:
+                    self._floor = await _in_thread(self._last_event_id)
+                rows = await _in_thread(self._read, self._ids[-1] if self._ids else self._floor)
+            except MediatorError:
+                rows = []  # the database is away; the next wake-up tries again
             if rows:
-                continue
-            with self._cond:
-                if self._generation == seen:
-                    woke = self._cond.wait(self.keepalive_s)
-                    if not woke:
-                        yield b": keepalive\n\n"
+                for row in rows:
+                    self._ids.append(row[0])
+                    self._frames.append(row[1])
+                if len(self._ids) > 2 * BUFFER:
+                    cut = len(self._ids) - BUFFER
+                    self._floor = self._ids[cut - 1]
+                    del self._ids[:cut], self._frames[:cut]
+                self._notify_changed()
+                if len(rows) == PAGE:
+                    continue  # more are waiting
+            timeout = self.horizon_s if self._open else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    # ---- reading -----------------------------------------------------------------------------
+    def _last_event_id(self) -> int:
+        with self.med.store.tx() as tx:
+            return int(tx.last_event_id())
+
+    def _read(self, after: int) -> list[tuple[int, bytes]]:
+        with self.med.store.tx() as tx:
+            rows = tx.events_since(after, PAGE)
+        return [(int(row["id"]), _frame(row)) for row in rows]
+
+    def _buffered_after(self, last: int) -> list[tuple[int, bytes]] | None:
+        """Frames after ``last`` from the shared buffer; None if it does not reach back that far."""
+        if self._floor is None or last < self._floor:
+            return None
+        i = bisect.bisect_right(self._ids, last)
+        return list(zip(self._ids[i:], self._frames[i:], strict=True))
+
+    async def stream(
+        self, ticket: Ticket, after: int | None, limit: int | None = None
+    ) -> AsyncIterator[bytes]:
+        """SSE frames from event id ``after`` (None: from now on); ``limit`` ends the stream after
+        that many events (for scripts and tests). Releases ``ticket`` when it ends, however."""
+        try:
+            self._ensure_started()
+            last = after if after is not None else await _in_thread(self._last_event_id)
+            sent = 0
+            yield b": connected\n\n"
+            quiet_since = time.monotonic()
+            while not self._stopping.is_set():
+                assert self._changed is not None
+                changed = self._changed  # taken before reading, so no change is missed
+                rows = self._buffered_after(last)
+                if rows is None:  # behind the buffer: read the table ourselves (one page)
+                    try:
+                        rows = await _in_thread(self._read, last)
+                    except MediatorError:
+                        rows = []
+                for event_id, frame in rows:
+                    last = event_id
+                    yield frame
+                    sent += 1
+                    if limit is not None and sent >= limit:
+                        return
+                if rows:
+                    quiet_since = time.monotonic()
+                    continue
+                left = self.keepalive_s - (time.monotonic() - quiet_since)
+                if left <= 0:
+                    yield b": keepalive\n\n"  # a vanished client fails this write
+                    quiet_since = time.monotonic()
+                    continue
+                # Replaying or not, wait for the pump: it re-reads every horizon_s for all
+                # streams, so a replaying stream needs no polling of its own (it reads again
+                # after the next change, or at the keepalive).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), left)
+        finally:
+            ticket.release()
+
+
+class StreamGauge:
+    """Prometheus collector: ``mediator_event_streams``, the streams open in this process."""
+
+    def __init__(self, feed: EventFeed) -> None:
+        self.feed = feed
+
+    def collect(self) -> Iterator[Any]:
+        gauge = GaugeMetricFamily(
+            "mediator_event_streams", "Open /v1/events streams in this process."
+        )
+        gauge.add_metric([], self.feed.open_streams)
+        yield gauge
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """A short database read off the event loop (it holds a worker thread only while it runs)."""
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _frame(row: dict[str, Any]) -> bytes:
+    data = {**row, "at": row["at"].isoformat()}
+    return f"id: {row['id']}\nevent: {row['kind']}\ndata: {json.dumps(data)}\n\n".encode()

@@ -17,12 +17,15 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from mediator.config import Config
 from mediator.errors import ConfigError, MediatorError
 from mediator.records import Records
 
 log = logging.getLogger("mediator")
+
+DEFAULT_DATA = "./var/pg"
 
 
 def _is_loopback(host: str) -> bool:
@@ -102,6 +105,10 @@ def serve(args: argparse.Namespace) -> int:
     except MediatorError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 1
+    if not config.database_url:
+        # The embedded cluster's address is stable for a --data directory (unix socket, fixed
+        # port); only this account can reach it (docs/security.md "The embedded database").
+        print(f"mediator: database {med.database_url}", flush=True)
     reaper = Reaper(med, config.renew_seconds)
     reaper.start()
     app = create_app(med, tokens)
@@ -126,8 +133,12 @@ def serve(args: argparse.Namespace) -> int:
     def capture_signals() -> Iterator[None]:
         # uvicorn re-raises the signal after its shutdown, which would kill this process before
         # the reaper stops and the embedded PostgreSQL shuts down cleanly; handle it ourselves.
+        def handle_exit(sig: int, frame: FrameType | None) -> None:
+            app.state.feed.stop()  # end open event streams, or shutdown would wait for them
+            server.handle_exit(sig, frame)
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, server.handle_exit)
+            signal.signal(sig, handle_exit)
         yield
 
     server.capture_signals = capture_signals  # type: ignore[method-assign]
@@ -163,27 +174,97 @@ def records_verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--config``, ``--data`` and ``--records``: accepted before the subcommand and after it
+    (api.md §2 writes ``mediator serve --data DIR``). After it they default to SUPPRESS, so a
+    value given before the subcommand is not overwritten by the subcommand's default."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default(None),
+        help="configuration file (TOML); default: none, settings come from the environment "
+        "(MEDIATOR_*) and the built-in defaults",
+    )
+    parser.add_argument(
+        "--data",
+        metavar="DIR",
+        default=default(DEFAULT_DATA),
+        help="the embedded PostgreSQL's data directory, kept across restarts "
+        f"(default: {DEFAULT_DATA})",
+    )
+    parser.add_argument(
+        "--records",
+        metavar="DIR",
+        default=default(None),
+        help="records root (default: records/ beside --data)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mediator", description="The Mediator job broker.")
-    ap.add_argument("--config", help="configuration file (TOML)")
-    ap.add_argument(
-        "--data", default="./var/pg", help="embedded PostgreSQL data directory (default ./var/pg)"
+    ap = argparse.ArgumentParser(
+        prog="mediator", description="The Mediator job broker.", allow_abbrev=False
     )
-    ap.add_argument("--records", help="records root (default: records/ beside --data)")
+    _shared_options(ap, top=True)
     sub = ap.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the HTTP API")
-    s.add_argument("--host", default=None)
-    s.add_argument("--port", type=int, default=None)
-    s.add_argument(
-        "--database-url", default=None, help="use this PostgreSQL instead of an embedded one"
+    s = sub.add_parser(
+        "serve",
+        help="run the HTTP API",
+        description="Serve the Mediator's HTTP API (and the panel at /). Without --database-url "
+        "it runs an embedded PostgreSQL whose data lives in --data and survives restarts; the "
+        "server is reachable only by this account, over a unix socket (docs/security.md). "
+        "Prints the URL it serves on, and the embedded database's address.",
+        allow_abbrev=False,
     )
-    s.add_argument("--tokens", default=None, help="tokens file (TOML)")
-    s.add_argument("--dev", action="store_true", help="no tokens; loopback only")
+    _shared_options(s, top=False)
+    s.add_argument(
+        "--host",
+        default=None,
+        help=f"address to listen on (default: {Config.host}, or the configuration's host)",
+    )
+    s.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port to listen on, 0 for any free one (default: {Config.port})",
+    )
+    s.add_argument(
+        "--database-url",
+        default=None,
+        metavar="URL",
+        help="use this PostgreSQL instead of an embedded one (default: none, embedded)",
+    )
+    s.add_argument(
+        "--tokens",
+        default=None,
+        metavar="FILE",
+        help="tokens file (TOML); required unless --dev (default: none)",
+    )
+    s.add_argument(
+        "--dev",
+        action="store_true",
+        help="accept requests without tokens; loopback only (default: off)",
+    )
     s.set_defaults(func=serve)
-    r = sub.add_parser("records", help="sealed run records")
+    r = sub.add_parser(
+        "records",
+        help="sealed run records",
+        description="Sealed run records.",
+        allow_abbrev=False,
+    )
     rs = r.add_subparsers(dest="records_command", required=True)
-    v = rs.add_parser("verify", help="re-hash a sealed record and report any changed byte")
-    v.add_argument("run_id")
+    v = rs.add_parser(
+        "verify",
+        help="re-hash a sealed record and report any changed byte",
+        description="Re-hash a sealed record and report any changed, missing or unsealed file. "
+        "Exit 0 if every file matches seal.json, 1 otherwise.",
+        allow_abbrev=False,
+    )
+    _shared_options(v, top=False)
+    v.add_argument("run_id", help="the run whose record to verify")
     v.set_defaults(func=records_verify)
     return ap
 

@@ -227,6 +227,23 @@ def load_actions(found: Iterable[EntryPoint] | None = None) -> dict[str, Action]
     return actions
 
 
+def escape_log(text: str) -> str:
+    """A log every Mediator can store: NUL becomes the four characters ``\\x00`` and a lone
+    surrogate its ``\\udcXX`` form; nothing else changes (docs/security.md "enode").
+
+    PostgreSQL text cannot hold NUL and UTF-8 cannot encode a lone surrogate, so either in a
+    result once made the server refuse it; a step's output is the step's, so it is escaped here
+    rather than lost.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def truncate(text: str, limit: int = MAX_LOG_BYTES) -> str:
     """Keep the last ``limit`` bytes of a log (UTF-8), with a line saying how much was cut."""
     data = text.encode("utf-8")

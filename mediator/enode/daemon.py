@@ -14,13 +14,20 @@ Rules it follows, and why:
 * A result the server did not receive (no answer, or 5xx) is kept and sent again before any new
   claim; the server decides whether it still counts (409 ``stale_attempt``/``run_ended`` drop it).
 * 409 ``run_ended`` on a claim or a result: the run is over; the daemon stops working on it.
+* Any other 4xx on a result is final (issue 11 §3): retrying cannot change the answer. The log is
+  kept in a file on the node (``keep_dir``) and the step is reported ``fail`` once more with a
+  short reason the server can take (what was refused, where the log is kept). Logs are escaped
+  before they are sent (NUL, lone surrogates: :func:`escape_log`), so a step's output cannot
+  make its own result unsendable.
 * Drain (the policy travels in the advert): ``--drain`` sets it at start; :meth:`set_drain` (the
   program wires SIGUSR1 → ``graceful``, SIGUSR2 → none) or a drain file change it while running.
 * :meth:`stop` (SIGTERM, SIGINT): advertise ``drain: graceful`` (an ``at-boundary`` drain is kept:
   it is the stricter one), claim only steps of the run this node holds a lease for, and finish when
   the server shows no lease for it — the current step and run finish, no new run starts. A second
   :meth:`stop` finishes after the current step. While the server cannot be reached the daemon
-  cannot know whether it still holds a run, so it keeps trying (a second signal ends that).
+  cannot know whether it still holds a run, so it keeps trying — for ``stop_grace`` seconds, then
+  it exits; a second signal exits at once. Either way a result not yet delivered is kept in
+  ``keep_dir`` (issue 11 §3: a stop is always honoured, even while retrying).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import select
 import time
 import traceback
@@ -38,7 +46,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from mediator.client import ApiError, Client, Unreachable
-from mediator.enode.actions import Action, Context, Outcome, Retry, load_actions, truncate
+from mediator.enode.actions import (
+    Action,
+    Context,
+    Outcome,
+    Retry,
+    escape_log,
+    load_actions,
+    truncate,
+)
 
 log = logging.getLogger("mediator.enode")
 
@@ -50,6 +66,12 @@ _RETRY_ADVERT: Final = 1.0
 _SHORT_LOG: Final = 4 * 1024
 # Claim refusals after which no other step of this poll is worth trying.
 _STOP_POLL_CODES: Final = frozenset({"draining", "stale_instance"})
+# How long a stopping node keeps trying a server it cannot reach (seconds); --stop-grace.
+DEFAULT_STOP_GRACE: Final = 30.0
+# Result refusals that say "this body can never be taken": report a short failure instead.
+_UNSENDABLE: Final = frozenset({400, 413, 422})
+# Refusals that say "the server has decided": nothing to send instead.
+_DECIDED: Final = frozenset({404, 409})
 
 
 class DaemonError(Exception):
@@ -63,6 +85,9 @@ class _Report:
     attempt: int
     outcome: str
     log: str
+    full: str = ""  # the whole (escaped) log, kept on the node if the server refuses it
+    fallback: bool = False  # this is already the short failure sent instead of a refused result
+    shortened: bool = False  # already cut to _SHORT_LOG after a 413
 
 
 class Daemon:
@@ -98,6 +123,8 @@ class Daemon:
         drain_file: str | Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
+        keep_dir: str | Path | None = None,
+        stop_grace: float = DEFAULT_STOP_GRACE,
     ) -> None:
         _check_drain(drain)
         self.client = client
@@ -123,6 +150,10 @@ class Daemon:
         self._stop_now = False
         self._fatal: DaemonError | None = None
         self._down = False
+        self._down_since: float | None = None
+        self._result_failing_since: float | None = None  # the kept result's first failed send
+        self._keep_dir = Path(keep_dir) if keep_dir is not None else None
+        self.stop_grace = stop_grace
         # The self-pipe that ends an idle wait early. Not a threading.Event: stop() runs in a
         # signal handler, which may interrupt the main thread while it holds the Event's lock,
         # and a pipe write takes no lock.
@@ -200,11 +231,12 @@ class Daemon:
         self._read_drain_file()
         self.advert_if_due()
         self._raise_fatal()
-        if self._unreported is not None and not self._flush():
-            return False  # a result the server has not taken comes before any new claim
-        if self._stop_now:
+        if self._stop_now or self._gave_up_stopping():
+            self._keep_unreported("the node stopped before the Mediator took it")
             self.finished = True
             return False
+        if self._unreported is not None and not self._flush():
+            return False  # a result the server has not taken comes before any new claim
         try:
             return self._poll_and_work()
         except _NotNow:
@@ -362,7 +394,8 @@ class Daemon:
         )
         outcome = self._perform(uses, step.get("with") or {}, ctx)
         log.info("run %s step %s: %s", run_id, seq, outcome.outcome)
-        self._unreported = _Report(run_id, seq, attempt, outcome.outcome, truncate(outcome.log))
+        full = escape_log(outcome.log)
+        self._unreported = _Report(run_id, seq, attempt, outcome.outcome, truncate(full), full)
         self._flush()
 
     def _perform(self, uses: str, with_: Mapping[str, Any], ctx: Context) -> Outcome:
@@ -403,17 +436,38 @@ class Daemon:
         except ApiError as exc:
             if isinstance(exc, Unreachable) or exc.status >= 500:
                 self._note_failure("result", exc)
+                if self._result_failing_since is None:
+                    self._result_failing_since = self.clock()
                 return False
-            if exc.status == 413 and len(r.log) > _SHORT_LOG:
-                r.log = truncate(r.log, _SHORT_LOG)
+            self._result_failing_since = None
+            if exc.status == 413 and not r.shortened and len(r.log.encode("utf-8")) > _SHORT_LOG:
+                # Once: truncate's "[… cut …]" line makes the result longer than _SHORT_LOG, so
+                # a length test alone would send it again and again.
+                r.log, r.shortened = truncate(r.log, _SHORT_LOG), True
                 return self._flush()
             log.warning("result of %s/%s refused: %s", r.run_id, r.seq, exc)
             if exc.code == "run_ended":
                 self._ended.add(r.run_id)
-            self._unreported = None
-            return True
+            if exc.status in _DECIDED or r.fallback or exc.status not in _UNSENDABLE:
+                if exc.status not in _DECIDED:
+                    self._keep_unreported(f"the Mediator refused it: {exc}")
+                self._unreported = None
+                return True
+            # Final (4xx): keep the log here, tell the server the step failed and why.
+            kept = self._keep(r, f"the Mediator refused it: {exc}")
+            where = f"kept on node {self.node_id} at {kept}" if kept else "could not be kept"
+            reason = (
+                f"enode: the Mediator refused this step's result ({exc.status} "
+                f"{exc.code or 'refused'}); the step's {r.outcome!r} log of "
+                f"{len(r.full.encode('utf-8'))} bytes {where}.\n"
+            )
+            self._unreported = _Report(
+                r.run_id, r.seq, r.attempt, "fail", escape_log(reason), fallback=True
+            )
+            return self._flush()
         self._note_recovery()
         self._unreported = None
+        self._result_failing_since = None
         if answer.get("settled"):
             log.info("run %s settled %s", r.run_id, answer["settled"])
         return True
@@ -443,11 +497,48 @@ class Daemon:
             return
         self._set_drain(policy)
 
+    def _gave_up_stopping(self) -> bool:
+        """Stopping, and the server has not answered (or not taken the kept result) for
+        ``stop_grace`` seconds."""
+        if not self._stopping:
+            return False
+        now = self.clock()
+        return any(
+            since is not None and now - since >= self.stop_grace
+            for since in (self._down_since, self._result_failing_since)
+        )
+
+    def _keep_unreported(self, why: str) -> None:
+        if self._unreported is not None:
+            self._keep(self._unreported, why)
+            self._unreported = None
+            self._result_failing_since = None
+
+    def _keep(self, r: _Report, why: str) -> Path | None:
+        """Write a result the server did not take to ``keep_dir``; its path, or None."""
+        if self._keep_dir is None:
+            log.warning("result of %s/%s dropped (%s): no --keep-dir", r.run_id, r.seq, why)
+            return None
+        name = _SAFE_NAME.sub("_", f"{r.run_id}-{r.seq}-{r.attempt}").lstrip(".") + ".log"
+        path = self._keep_dir / name
+        try:
+            self._keep_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            header = f"# run {r.run_id} step {r.seq} attempt {r.attempt}: {r.outcome}; {why}\n"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write((header + (r.full or r.log)).encode("utf-8", "backslashreplace"))
+        except OSError as exc:
+            log.error("cannot keep the result of %s/%s in %s: %s", r.run_id, r.seq, path, exc)
+            return None
+        log.warning("result of %s/%s kept at %s (%s)", r.run_id, r.seq, path, why)
+        return path
+
     def _note_failure(self, what: str, exc: ApiError) -> None:
         # One line when the server goes away, not one per poll.
         if isinstance(exc, Unreachable) or exc.status >= 500:
             if not self._down:
                 log.warning("%s failed: %s (retrying)", what, exc)
+                self._down_since = self.clock()
             self._down = True
         else:
             log.warning("%s failed: %s", what, exc)
@@ -456,6 +547,10 @@ class Daemon:
         if self._down:
             log.info("the Mediator answers again")
             self._down = False
+            self._down_since = None
+
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class _NotNow(Exception):

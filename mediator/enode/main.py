@@ -3,16 +3,20 @@
 ::
 
     enode --url http://127.0.0.1:8640 --node-id bench-1 --caps caps.toml [--label L] [--token T]
-          [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS]
+          [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS] [--keep-dir DIR]
+          [--stop-grace SECONDS]
 
 ``--caps`` is a JSON or TOML file holding one object of capabilities (TOML when the name ends in
 ``.toml``). ``--url`` and ``--token`` default to ``$MEDIATOR_URL`` and ``$MEDIATOR_TOKEN``.
 
 Signals: SIGTERM or SIGINT drains gracefully — the current step and run finish, no new run starts —
-then the program exits 0; a second one exits after the current step. SIGUSR1 sets the drain policy
-to ``graceful`` and SIGUSR2 clears it, without stopping. ``--drain-file``: while the file exists its
-content (``graceful``, ``at-boundary`` or empty) is the policy; each change applies at the next
-poll, and removing the file brings back the ``--drain`` policy.
+then the program exits 0; a second one exits after the current step. While the Mediator does not
+answer, a stopping node gives up after ``--stop-grace`` seconds. A result the Mediator refuses for
+good (4xx) or never takes is kept in ``--keep-dir`` and the step reported failed with the reason.
+SIGUSR1 sets the drain policy to ``graceful`` and SIGUSR2 clears it, without stopping.
+``--drain-file``: while the file exists its content (``graceful``, ``at-boundary`` or empty) is
+the policy; each change applies at the next poll, and removing the file brings back the
+``--drain`` policy.
 
 Exit status: 0 after a stop, 1 if the Mediator refuses the node (bad token, another owner's
 ``node_id``, invalid capabilities), 2 for usage errors (arguments, an unreadable caps file).
@@ -35,7 +39,7 @@ from typing import Any
 
 from mediator.argtypes import positive_float
 from mediator.client import DEFAULT_URL, Client
-from mediator.enode.daemon import DEFAULT_POLL, Daemon
+from mediator.enode.daemon import DEFAULT_POLL, DEFAULT_STOP_GRACE, Daemon
 
 EXIT_USAGE = 2
 
@@ -45,15 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enode",
         description="Serve a Mediator as one node: advertise, claim steps, run them, report.",
+        allow_abbrev=False,
     )
     parser.add_argument(
         "--url",
         default=os.environ.get("MEDIATOR_URL") or DEFAULT_URL,
         help=f"Mediator base URL (default: $MEDIATOR_URL or {DEFAULT_URL})",
     )
-    parser.add_argument("--node-id", required=True, help="this node's id")
+    parser.add_argument("--node-id", required=True, help="this node's id (required, no default)")
     parser.add_argument(
-        "--caps", required=True, metavar="FILE", help="capabilities: a JSON or TOML object"
+        "--caps",
+        required=True,
+        metavar="FILE",
+        help="capabilities: a JSON or TOML object (required, no default)",
     )
     parser.add_argument("--label", default="", help="a label for people (default: none)")
     parser.add_argument(
@@ -65,21 +73,44 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain",
         choices=("graceful", "at-boundary"),
         default="",
-        help="start with this drain policy",
+        help="start with this drain policy (default: none, the node takes new runs)",
     )
     parser.add_argument(
         "--drain-file",
         metavar="PATH",
-        help="a file whose content is the drain policy while it exists",
+        help="a file whose content is the drain policy while it exists (default: none)",
     )
     parser.add_argument(
         "--poll",
         type=positive_float,
         default=DEFAULT_POLL,
         metavar="SECONDS",
-        help=f"seconds between work polls when idle (default {DEFAULT_POLL:g})",
+        help=f"seconds between work polls when idle (default: {DEFAULT_POLL:g})",
+    )
+    parser.add_argument(
+        "--keep-dir",
+        metavar="DIR",
+        default=None,
+        help="where results the Mediator refused or never took are kept, one file per step "
+        "(default: $XDG_STATE_HOME/mediator-enode/NODE_ID, i.e. "
+        "~/.local/state/mediator-enode/NODE_ID)",
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=positive_float,
+        default=DEFAULT_STOP_GRACE,
+        metavar="SECONDS",
+        help="after SIGTERM/SIGINT, how long to keep trying a Mediator that does not answer "
+        f"before exiting (default: {DEFAULT_STOP_GRACE:g})",
     )
     return parser
+
+
+def default_keep_dir(node_id: str) -> Path:
+    """``$XDG_STATE_HOME/mediator-enode/<node_id>`` (``~/.local/state`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in node_id).lstrip(".") or "_"
+    return Path(state) / "mediator-enode" / safe
 
 
 def read_capabilities(path: str) -> dict[str, Any]:
@@ -129,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             drain=args.drain,
             poll_seconds=args.poll,
             drain_file=args.drain_file,
+            keep_dir=args.keep_dir or default_keep_dir(args.node_id),
+            stop_grace=args.stop_grace,
         )
         with _signals(daemon):
             return daemon.run()

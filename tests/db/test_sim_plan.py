@@ -56,3 +56,29 @@ def test_a_grid_on_the_mediator_equals_the_grid_on_the_model(cluster) -> None:
     assert (on_db.grid["violations"] == 0).all()
     pd.testing.assert_frame_equal(on_db.grid[SAME], on_model.grid[SAME])
     assert on_db.confirmation.empty
+
+
+def test_a_plan_on_a_dask_cluster_gives_each_task_its_own_databases(cluster, dsn) -> None:
+    """issue 14 §8: past one machine. The simulations run on a Dask cluster given by address
+    (here a LocalCluster's), each on a PostgreSQL server given by URL (the suite's): every task
+    creates a template database of its own, its simulation's database from it, and drops both.
+    The figures are the model's, run for run, and the server keeps no database of the plan."""
+    from distributed import LocalCluster
+
+    from mediator import Mediator
+
+    med = Mediator.connect(dsn)  # only to list the server's databases
+    before = {r["datname"] for r in med.query("SELECT datname FROM pg_database")}
+    wl = S.steady(runs=120, seed=3)
+    target = {"quantile": 0.95, "wait_s": 30.0}
+    kw = {"replications": 2, "confirm_replications": 0, "progress": False}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as dask:  # fmt: skip
+        on_dask = sim.plan(wl, target, [3, 4], engine="mediator", scheduler=dask.scheduler_address,
+                           database_url=cluster.url("postgres"), **kw)  # fmt: skip
+    on_model = sim.plan(wl, target, [3, 4], **kw)
+    after = {r["datname"] for r in med.query("SELECT datname FROM pg_database")}
+    med.close()
+    assert (on_dask.grid["violations"] == 0).all()
+    pd.testing.assert_frame_equal(on_dask.grid[SAME], on_model.grid[SAME])
+    assert after == before

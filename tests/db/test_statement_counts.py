@@ -13,6 +13,7 @@ raise them. Issue 13's goal is ≤ 8 for the whole one-step run and 1 per steady
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +25,12 @@ from mediator import Config, Mediator
 from mediator.pg import EmbeddedPostgres
 from mediator.store.db import admin_execute, load_schema
 from tests.db.conftest import ManualClock, advert, contract
+
+
+def socket_path(pg: EmbeddedPostgres) -> str:
+    """The cluster's unix socket file (it listens on no TCP address)."""
+    return os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}")
+
 
 PGSS = (
     "shared_preload_libraries=pg_stat_statements",
@@ -55,7 +62,7 @@ class Meter:
 
     def __init__(self, pg: EmbeddedPostgres, database: str) -> None:
         self.con = pg8000.native.Connection(
-            "postgres", host="127.0.0.1", port=pg.port, database="postgres"
+            "postgres", unix_sock=socket_path(pg), database="postgres"
         )
         self.con.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         rows = self.con.run("SELECT oid FROM pg_database WHERE datname = :d", d=database)

@@ -15,15 +15,18 @@ node's log line ``run a settled PASSED`` is written after its result POST return
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.servers import Process, Server, start_server
+from tests.e2e.servers import READY, Process, Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
@@ -53,10 +56,35 @@ def waiting_contract(run_id: str, gate: Path, board: str = "x") -> dict:
 
 
 @pytest.fixture
-def server(dsn, tmp_path):
-    s = start_server(dsn, tmp_path)
-    yield s
-    s.process.stop()
+def server(tmp_path):
+    """``mediator serve --data DIR`` exactly as api.md §2 writes it (issue 15 §2): the options
+    after the subcommand, and no --database-url, so the server runs its own persistent embedded
+    PostgreSQL in DIR. DIR is outside pytest's root-only tmp_path so the unprivileged server user
+    can enter it; tmpfs when there is one, to keep initdb quick."""
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    data = tempfile.mkdtemp(prefix="mediator-cp2-", dir=shm)
+    argv = [
+        sys.executable,
+        "-m",
+        "mediator.cli.main",
+        "serve",
+        "--data",
+        data,
+        "--records",
+        str(tmp_path / "records"),
+        "--dev",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
+    process = Process.start(argv)
+    try:
+        url = process.wait_for(READY, timeout=60).group(1)
+        yield Server(url, process, tmp_path / "records")
+    finally:
+        process.stop()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture

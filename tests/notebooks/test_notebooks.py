@@ -35,7 +35,20 @@ def execute(name: str, cluster: Any) -> dict[str, Any]:
         for output in cell.get("outputs", []):
             assert output.get("name") != "stderr", f"{name}: {output.get('text')}"
             assert output.get("output_type") != "error", f"{name}: {output.get('ename')}"
+    assert_points_inside_their_intervals(numbers)
     return numbers
+
+
+def assert_points_inside_their_intervals(numbers: dict[str, Any]) -> None:
+    """issue 14 §2: notebook 04 printed p95 379,591.9 [92,331.9, 319,834.0]. Every stated
+    interval (`X_low`, `X_high`) contains its point (`X`, `X_s` or `X_h`)."""
+    for low_key in [k for k in numbers if "_low" in k]:
+        high_key = low_key.replace("_low", "_high")
+        stem = low_key.replace("_low", "")
+        points = [k for k in (stem, stem + "_s", stem + "_h") if k in numbers]
+        if high_key in numbers and points:
+            point = numbers[points[0]]
+            assert numbers[low_key] <= point <= numbers[high_key], (points[0], numbers)
 
 
 def test_every_notebook_is_tested_and_committed_without_outputs() -> None:
@@ -68,7 +81,7 @@ def test_queueing_basics(cluster: Any) -> None:
     assert n["mediator_runs"] == 300
     assert n["mediator_agrees"] is True
     assert n["violations"] == 0
-    assert 0 < n["mediator_wq_low"] < n["mediator_wq_s"] < n["mediator_wq_high"]
+    assert 0 <= n["mediator_wq_low"] < n["mediator_wq_s"] < n["mediator_wq_high"]
     assert 0 < n["mediator_p_wait"] < 1
     # Little's law over a whole run that drains is exact: L·T is the total wait.
     assert n["little_L"] == pytest.approx(n["little_lam_w"], rel=1e-9)
@@ -121,11 +134,13 @@ def test_capacity_planning_nasa(cluster: Any) -> None:
     n = execute("04-capacity-planning-nasa", cluster)
     assert n["jobs"] == 3000
     assert 1 < n["offered_erlangs"] < n["peak_day_erlangs"]
-    assert n["recommended"] == 6
+    # 5 since the intervals are centred on the run's own p95 (sectioning, issue 14 §2); the
+    # t-interval around ten batch p95s reached higher and said 6.
+    assert n["recommended"] == 5
     assert n["rec_p95_s"] <= n["rec_p95_high"] <= 600
     assert n["below_p95_s"] > n["rec_p95_s"]
     assert 0 < n["rec_utilization"] < 1
-    assert n["confirm_sizes"] == [5, 6, 7]
+    assert n["confirm_sizes"] == [4, 5, 6]  # the recommendation and its neighbours
     assert n["confirm_runs"] == 300
     assert n["confirm_max_abs_diff_s"] == 0.0
     assert n["mediator_rec_p95_s"] == n["model_rec_p95_s"]

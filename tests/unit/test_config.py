@@ -64,3 +64,48 @@ def test_a_bad_file_or_environment_value_names_it(tmp_path):
 def test_unchecked_exists_only_for_the_codes_own_guards():
     """R11: tests build a lease_ttl of 0 to show the promotion code refuses it itself."""
     assert Config.unchecked(lease_ttl_seconds=0).lease_ttl_seconds == 0
+
+
+# ---- issue 11 §9: finite values in sane ranges, checked in one place ---------------------------
+@pytest.mark.parametrize("setting", ["lease_ttl_seconds", "renew_seconds", "advert_ttl_seconds"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e-9, -1.0, 1e12])
+def test_seconds_must_be_finite_and_in_range(setting, value):
+    with pytest.raises(ConfigError) as e:
+        Config(**{setting: value})
+    assert e.value.field == setting and setting in e.value.message
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "1e-9", "NaN", "-0"])
+def test_the_environment_is_checked_by_the_same_rule(raw):
+    with pytest.raises(ConfigError) as e:
+        Config.load(None, env={"MEDIATOR_LEASE_TTL_SECONDS": raw})
+    assert e.value.field == "lease_ttl_seconds"
+
+
+@pytest.mark.parametrize(("setting", "value"), [("max_width", 10_001), ("max_attempts", 10**9)])
+def test_counts_have_an_upper_bound(setting, value):
+    with pytest.raises(ConfigError) as e:
+        Config(**{setting: value})
+    assert e.value.field == setting
+
+
+def test_the_ranges_are_the_documented_ones():
+    from pathlib import Path
+
+    from mediator.config import RANGES
+
+    doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text("utf-8")
+    for name, (low, high) in RANGES.items():
+        assert f"`{name}`" in doc and f"{low:g}" in doc and f"{high:,g}" in doc, name
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e999", "0", "-1", "soon"])
+def test_command_line_seconds_must_be_finite_and_positive(text):
+    """Issue 11 §9 for runctl and enode flags: a usage error (exit 2), never a timeout of inf."""
+    import argparse
+
+    from mediator.argtypes import positive_float
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        positive_float(text)
+    assert positive_float("0.5") == 0.5

@@ -105,10 +105,15 @@ def test_ask_only_contract_has_no_roles() -> None:
     )
 
 
-def test_unknown_top_level_keys_are_ignored_for_forward_compatibility() -> None:
+def test_unknown_top_level_keys_are_refused_naming_the_closest_known_key() -> None:
+    """Issue 15 §3, amendments round 2: a misspelt "max_widht" was silently dropped."""
     doc = example()
-    doc["priority"] = 5
-    assert contract.parse(doc).doc["priority"] == 5
+    doc["max_widht"] = 2
+    e = refused(doc, "max_widht")
+    assert "run_id, work_id, roles, steps" in e.message
+    doc = example()
+    doc["work_idd"] = "x"
+    assert 'did you mean "work_id"?' in refused(doc, "work_idd").message
 
 
 def test_needs_of_returns_fresh_copies_of_the_needs_by_role() -> None:
@@ -564,3 +569,103 @@ def test_parse_leaves_the_document_unchanged() -> None:
     contract.parse(doc)
     assert doc == before
     assert json.loads(json.dumps(doc)) == before
+
+
+def refused(doc: object, field: str) -> ContractError:
+    """The contract is refused and the error names ``field``."""
+    e = error_of(doc)
+    assert e.field == field, (e.field, e.message)
+    return e
+
+
+# ---- issue 11: ids that become paths, text that cannot be stored, depth and size limits --------
+@pytest.mark.parametrize("bad", [".", "..", ".hidden", "...", "./a", "a/b", "", "x" * 65, "\x00"])
+def test_ids_that_could_be_paths_are_refused(bad: str) -> None:
+    """Issue 11 §1: ``.``/``..`` and a leading dot passed the old pattern and became folders."""
+    doc = example()
+    doc["run_id"] = bad
+    refused(doc, "run_id")
+    assert not contract.valid_id(bad)
+    doc = example()
+    doc["roles"][bad] = doc["roles"].pop("dut")
+    with pytest.raises(ContractError):
+        contract.parse(doc)
+
+
+@pytest.mark.parametrize("good", ["a", "a.b", "a..b", "-x", "_", "9" * 64, "hil-2024.06_01"])
+def test_ordinary_ids_still_pass(good: str) -> None:
+    assert contract.valid_id(good)
+
+
+def nest(depth: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        doc = {"k": doc}
+    return doc
+
+
+def test_a_with_nested_past_the_limit_is_refused_before_anything_walks_it() -> None:
+    """Issue 11 §4: a 600-deep ``with`` once committed a run nothing could read back."""
+    doc = example()
+    doc["steps"][0]["with"] = nest(contract.MAX_DEPTH)
+    contract.parse(doc)
+    for depth in (contract.MAX_DEPTH + 1, 600, 50_000):
+        doc["steps"][0]["with"] = nest(depth)
+        e = refused(doc, "steps[0].with")
+        assert str(contract.MAX_DEPTH) in e.message and e.code == "too_deep"
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\udc00", "\ud800"])
+def test_nul_and_lone_surrogates_are_refused_anywhere_in_a_contract(bad: str) -> None:
+    for spoil, field in [
+        (lambda d: d.update(work_id=bad), "work_id"),
+        (lambda d: d["steps"][0].update(name=bad), "steps[0].name"),
+        (lambda d: d["steps"][0]["with"].update(cmd=bad), "steps[0].with.cmd"),
+        (lambda d: d["roles"]["dut"].update(board=bad), "roles.dut.board"),
+    ]:
+        doc = example()
+        spoil(doc)
+        refused(doc, field)
+
+
+def test_logs_are_escaped_not_refused() -> None:
+    """Amendments round 2: logs may hold binary junk; NUL → ␀, lone surrogates → U+FFFD."""
+    assert contract.escape_log("plain\n") == "plain\n"
+    assert contract.escape_log("a\x00b\udc00c\U0001f600") == "a\u2400b\ufffdc\U0001f600"
+    contract.escape_log("\ud800" * 3).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("spoil", "field"),
+    [
+        (lambda d: d.update(roles={f"r{i}": {} for i in range(10 * contract.MAX_ROLES)}), "roles"),
+        (lambda d: d["roles"].update(dut={f"k{i}": 1 for i in range(10 * contract.MAX_NEEDS)}),
+         "roles.dut"),
+        (lambda d: d["roles"]["dut"].update(board="b" * 10 * contract.MAX_VALUE),
+         "roles.dut.board"),
+        (lambda d: d["roles"]["dut"].update({"k" * 10 * contract.MAX_KEY: 1}), None),
+        (lambda d: d["steps"][0]["with"].update(cmd="c" * 10 * contract.MAX_TEXT),
+         "steps[0].with.cmd"),
+        (lambda d: d["steps"][0].update(uses="u" * 10 * contract.MAX_KEY), "steps[0].uses"),
+        (lambda d: d.update(work_id="w" * 10 * contract.MAX_WORK_ID), "work_id"),
+    ],
+)  # fmt: skip
+def test_every_limit_at_ten_times_its_value_is_refused_naming_the_field(spoil, field) -> None:
+    doc = example()
+    spoil(doc)
+    with pytest.raises(ContractError) as e:
+        contract.parse(doc)
+    if field is not None:
+        assert e.value.field == field, e.value.message
+
+
+def test_capabilities_have_limits_too() -> None:
+    with pytest.raises(ContractError) as e:
+        contract.validate_capabilities({f"c{i}": 1 for i in range(10 * contract.MAX_CAPABILITIES)})
+    assert e.value.field == "capabilities"
+    with pytest.raises(ContractError) as e:
+        contract.validate_capabilities({"l": list(range(10 * contract.MAX_LIST))})
+    assert e.value.field == "capabilities.l"
+    with pytest.raises(ContractError) as e:
+        contract.validate_capabilities({"l": [[[1]]]})
+    assert e.value.field is not None and e.value.field.startswith("capabilities.l")

@@ -139,3 +139,14 @@ def test_a_long_log_keeps_its_end():
     assert truncate("0123456789abcdef", 10) == "[… 6 bytes cut …]\n6789abcdef"
     # a multi-byte character cut in half is dropped, not mangled
     assert truncate("ééééé", 5) == "[… 5 bytes cut …]\néé"
+
+
+# ---- issue 11 §3: a step's output can always be sent -----------------------------------------
+
+
+def test_logs_escape_nul_and_lone_surrogates_and_nothing_else():
+    from mediator.enode.actions import escape_log
+
+    assert escape_log("a\x00b") == "a\\x00b"
+    assert escape_log("half \udc00 pair") == "half \\udc00 pair"
+    assert escape_log("plain é ✓\n\t") == "plain é ✓\n\t"

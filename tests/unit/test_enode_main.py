@@ -196,3 +196,18 @@ def test_the_module_runs_as_a_script():
     )  # fmt: skip
     assert done.returncode == 0
     assert "--drain-file PATH" in done.stdout
+
+
+# ---- issue 15 §2: no abbreviations, every option says its default ------------------------------
+
+
+def test_no_option_may_be_abbreviated_and_every_option_says_its_default(tmp_path, capsys):
+    caps = tmp_path / "c.json"
+    caps.write_text("{}")
+    assert enode_main.main(["--node", "n1", "--caps", str(caps)]) == 2
+    assert "the following arguments are required: --node-id" in capsys.readouterr().err
+    parser = enode_main.build_parser()
+    assert parser.allow_abbrev is False
+    for action in parser._actions:
+        if action.option_strings and action.dest != "help":
+            assert action.help and "default" in action.help, action.dest

@@ -105,3 +105,29 @@ def test_littles_law_over_a_window_inside_the_run() -> None:
     result = run_model(S.steady(runs=20_000, arrival_rate=0.25))
     check = littles_law(result.runs, result.queue, start_s=10_000.0, end_s=70_000.0)
     assert check.rel_err < 0.02
+
+
+def test_batch_intervals_are_centred_on_their_estimate_and_say_how() -> None:
+    """issue 14 §2: a quantile's interval from batches is centred on the pooled quantile, so the
+    estimate never falls outside it (a t-interval around the batch quantiles' mean did)."""
+    from sim.analysis import batch_means, batch_quantile, quantile_ci
+
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(0, 2, 5000)  # heavy tail: small batches' p99 is biased low
+    q = batch_quantile(x, 0.99)
+    assert q.contains(q.estimate) and q.estimate == np.quantile(x, 0.99)
+    assert q.method == "batch quantiles, 5 batches" and "batch quantiles" in str(q)
+    assert batch_means(x).method == "batch means, 5 batches"
+    reps = quantile_ci([x[:100], x[100:200], x[200:300]], 0.99)
+    assert reps.contains(reps.estimate) and reps.method == "replications, 3"
+
+
+def test_a_run_too_short_for_its_load_says_so() -> None:
+    """issue 14 §2: M/M/2 at rho = 0.95 with 2,000 runs starts empty and ends long before the
+    queue forgets it; the summary warns (seed chosen where the batch means show it), while
+    `steady()`'s default run count for that load (89,000) gives no warning."""
+    short = run_model(S.steady(nodes=2, arrival_rate=0.19, runs=2000, seed=3)).summary()
+    assert any("too short for its load" in w for w in short["warnings"])
+    assert S.steady(nodes=2, arrival_rate=0.19).horizon_runs == 89_000
+    fine = run_model(S.steady(runs=4000, seed=3)).summary()
+    assert "warnings" not in fine

@@ -103,3 +103,97 @@ def test_command_line_sets_are_read_as_toml_values() -> None:
     assert changed.workload.arrivals == S.Poisson(0.25)
     with pytest.raises(ValueError, match="key=value"):
         S.parse_set("no equals sign")
+
+
+# -- issue 14 §3: say what you mean, get told when it is wrong ------------------------------------
+
+
+def test_steady_takes_a_service_distribution_and_describes_it() -> None:
+    lognormal = S.steady(service="lognormal", cv=2.0)
+    duration = lognormal.workload.templates[0].steps[0].duration
+    assert isinstance(duration, S.Lognormal) and duration.cv == pytest.approx(2.0)
+    assert duration.mean == pytest.approx(10.0)
+    assert lognormal.description == "M/G/3 (lognormal, cv 2): lambda=0.2/s, mu=0.1/s"
+    assert S.steady(service="constant").description.startswith("M/D/3")
+    with pytest.raises(ValueError, match="cv 2 does not fit service 'exponential'"):
+        S.steady(cv=2)
+
+
+def test_the_default_run_count_fits_the_load() -> None:
+    """issue 14 §2: one run long enough for its intervals (about 60 relaxation times)."""
+    assert S.steady().horizon_runs == 10_000
+    assert S.steady(arrival_rate=0.27).horizon_runs == 21_000  # rho = 0.9
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: S.steady(arrival_rate=-0.2), "arrival_rate -0.2 must be > 0"),
+        (lambda: S.steady(nodes=0), "nodes 0 must be a whole number >= 1"),
+        (lambda: S.steady().with_overrides({"workload.arrivals.rate": -1}),
+         "arrival rate -1 must be > 0"),
+        (lambda: S.steady().with_overrides({"fleet.groups.0.count": 0}),
+         "count 0 must be a whole number >= 1"),
+        (lambda: S.steady().with_overrides({"settings.wake_on_retrn": False}),
+         "unknown setting 'settings.wake_on_retrn'; did you mean 'settings.wake_on_return'?"),
+        (lambda: S.steady(runs=100, warmup_runs=100), "warmup_runs \\(100\\) must be below"),
+    ],
+)  # fmt: skip
+def test_a_wrong_scenario_is_one_line_at_construction(make, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(S.ScenarioError, match=message) as err:
+        make()
+    assert "\n" not in str(err.value)
+
+
+def test_derived_fields_follow_their_inputs() -> None:
+    """Changing the runs keeps the warm-up at 10 %; the description follows the service."""
+    changed = S.steady().with_overrides({"horizon_runs": 1000})
+    assert changed.warmup_runs == 100
+    short = S.steady().with_sets(["runs=2000", "arrival_rate=0.25"])
+    assert (short.horizon_runs, short.warmup_runs) == (2000, 200)
+    assert short.description == "M/M/3: lambda=0.25/s, mu=0.1/s"
+    const = S.steady().with_overrides(
+        {"workload.templates.0.steps.0.duration": {"dist": "constant", "value": 10.0}}
+    )
+    assert const.description == "M/D/3: lambda=0.2/s, mu=0.1/s"
+    mine = dataclasses.replace(S.steady(), description="my study")
+    assert mine.with_overrides({"runs": 500}).description == "my study"
+
+
+def test_the_cli_takes_the_python_names_and_says_what_is_wrong_in_one_line(capsys) -> None:
+    from sim.cli import main
+
+    assert main(["run", "steady", "--engine", "model", "--set", "runs=300",
+                 "--set", "arrival_rate=0.1", "--set", "service=\"constant\""]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "300 runs" in out and "wait_p95_ci" in out and "batch quantiles, 5 batches" in out
+    assert main(["run", "steady", "--engine", "model", "--set", "settings.max_widht=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "python -m sim run: error: unknown setting 'settings.max_widht'; "
+        "did you mean 'settings.max_width'?"
+    )
+
+
+def test_show_prints_every_key_with_its_value_and_meaning(capsys) -> None:
+    from sim.cli import main
+
+    assert main(["show", "steady", "--set", "runs=500"]) == 0
+    out = capsys.readouterr().out
+    for path, _value, _ in S.explain(S.steady(runs=500)):
+        assert path in out
+    assert "horizon_runs" in out and "500" in out
+    assert "wake the queue when a vanished node returns (wake 7)" in out
+    assert all(meaning for _, _, meaning in S.explain(S.mixed()))
+
+
+def test_the_parser_refuses_abbreviations_and_shows_defaults(capsys) -> None:
+    """issue 15 §2: `--rep 3` must not silently mean `--replications 3`."""
+    from sim.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["plan", "steady", "--sizes", "3", "--wait", "1", "--rep", "3"])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["plan", "--help"])
+    text = capsys.readouterr().out
+    assert "(default: 0.95)" in text and "--confirm-runs" in text

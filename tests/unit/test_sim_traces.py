@@ -137,3 +137,18 @@ def test_more_nodes_never_make_a_nasa_job_wait_longer() -> None:
     ]
     for fewer, more in itertools.pairwise(waits):
         assert (more <= fewer).all() and more.mean() < fewer.mean()
+
+
+def test_a_csv_traces_own_ids_survive_as_source_id(tmp_path: Path) -> None:
+    """issue 14 §7: the trace's `run_id` column was renumbered r0000000…; it is kept as
+    `source_id` so results join back to the user's data."""
+    from sim import scenarios as S
+    from sim.model import run_model
+
+    csv = tmp_path / "jobs.csv"
+    csv.write_text("submit_s,run_id,duration_s\n5,build-17,3\n0,build-9,4\n9,build-23,1\n")
+    runs = run_model(S.trace(str(csv), nodes=1)).runs
+    assert list(runs["source_id"]) == ["build-9", "build-17", "build-23"]  # by submit time
+    assert list(runs["run_id"]) == ["r0000000", "r0000001", "r0000002"]
+    swf = run_model(S.trace(runs=3)).runs
+    assert list(swf["source_id"]) == ["1", "2", "3"]  # the SWF job numbers

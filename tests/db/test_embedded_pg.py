@@ -1,0 +1,87 @@
+"""The embedded PostgreSQL is reachable only by its owner (issue 11 §10, docs/security.md "The
+embedded database").
+
+It trusts whoever connects, so no one else may connect: no TCP address at all, and a unix socket
+in a directory only the server's account can enter. Once, any local account (``nobody``) got a
+superuser session with ``psql -h 127.0.0.1 -U postgres``. And a persistent cluster keeps one
+address across restarts, so the address ``mediator serve`` prints stays good.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from mediator.pg import EmbeddedPostgres, RunAs
+
+pytestmark = pytest.mark.db
+
+PSQL = shutil.which("psql") or "/usr/bin/psql"
+# Another local account: nobody, unless the server itself runs as nobody (no postgres account).
+_SERVER = RunAs.pick()
+OTHER_UID = 65533 if _SERVER is not None and _SERVER.uid == 65534 else 65534
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[EmbeddedPostgres]:
+    cluster = EmbeddedPostgres(database="postgres")
+    yield cluster
+    cluster.stop()
+
+
+def psql_as(uid: int | None, conninfo: str) -> subprocess.CompletedProcess[str]:
+    argv = [PSQL, "-X", "-At", conninfo, "-c", "SELECT current_user"]
+    if uid is not None:
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_the_owner_connects_over_the_socket_and_nothing_listens_on_tcp(pg):
+    with psycopg.connect(pg.dsn()) as con:
+        assert con.execute("SHOW listen_addresses").fetchone() == ("",)
+        assert con.execute("SELECT inet_server_addr()").fetchone() == (None,)  # a unix socket
+    with psycopg.connect(pg.url()) as con:  # the URL form names the same socket
+        assert con.execute("SELECT 1").fetchone() == (1,)
+    mode = stat.S_IMODE(os.stat(pg.socket_dir).st_mode)
+    assert mode == 0o700, oct(mode)
+
+
+def test_another_local_account_cannot_connect(pg):
+    if os.geteuid() != 0:
+        # Becoming another account needs root; what keeps one out is then checked directly.
+        st = os.stat(pg.socket_dir)
+        assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077 == 0
+        return
+    assert psql_as(None, pg.dsn()).stdout.strip() == "postgres"  # the method works for us
+    over_socket = psql_as(OTHER_UID, pg.dsn())
+    assert over_socket.returncode != 0
+    assert "Permission denied" in over_socket.stderr
+    over_tcp = psql_as(OTHER_UID, f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres")
+    assert over_tcp.returncode != 0
+    assert "Connection refused" in over_tcp.stderr or "could not connect" in over_tcp.stderr
+
+
+def test_a_persistent_cluster_keeps_its_address_across_restarts():
+    base = tempfile.mkdtemp(prefix="mediator-pg-stable-")
+    try:
+        first = EmbeddedPostgres(data_dir=base)
+        address = first.dsn()
+        with psycopg.connect(address) as con:
+            con.execute("CREATE TABLE kept (x int)")
+        first.stop()
+        again = EmbeddedPostgres(data_dir=base)
+        try:
+            assert again.dsn() == address and again.url() == first.url()
+            with psycopg.connect(address) as con:  # the printed address still works
+                assert con.execute("SELECT count(*) FROM kept").fetchone() == (0,)
+        finally:
+            again.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

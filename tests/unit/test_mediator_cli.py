@@ -1,0 +1,75 @@
+"""``mediator``'s parser as api.md §2 writes it (issue 15 §2): ``mediator serve --data DIR`` with
+the shared options after the subcommand as well as before, no abbreviations, and help that says
+every option's default."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from mediator.cli.main import DEFAULT_DATA, build_parser
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def test_the_spec_form_puts_data_config_and_records_after_serve():
+    args = parse("serve", "--data", "D", "--config", "C.toml", "--records", "R", "--dev")
+    assert (args.data, args.config, args.records, args.database_url) == ("D", "C.toml", "R", None)
+
+
+def test_the_shared_options_still_work_before_the_subcommand_and_after_wins():
+    assert parse("--data", "D", "serve", "--dev").data == "D"
+    assert parse("--data", "D", "serve", "--data", "E").data == "E"
+    assert parse("serve").data == DEFAULT_DATA and parse("serve").config is None
+    args = parse("--records", "R", "records", "verify", "run-1")
+    assert (args.records, args.run_id) == ("R", "run-1")
+    assert parse("records", "verify", "run-1", "--records", "S").records == "S"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("serve", "--dat", "D"),  # once silently taken as --database-url D
+        ("serve", "--database", "postgresql://x"),
+        ("serve", "--tok", "t.toml"),
+        ("--conf", "c.toml", "serve"),
+    ],
+)
+def test_no_option_may_be_abbreviated(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse(*argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err or "invalid choice" in err
+
+
+def parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += parsers(sub)
+    return found
+
+
+def test_every_parser_refuses_abbreviations_and_every_option_says_its_default():
+    for p in parsers(build_parser()):
+        assert p.allow_abbrev is False, p.prog
+        assert p.description, f"{p.prog} has no description"
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            assert action.help, f"{p.prog} {action.dest} has no help"
+            if action.option_strings:
+                assert "default" in action.help, f"{p.prog} {action.dest}: {action.help}"
+
+
+def test_serve_help_describes_the_command(capsys):
+    with pytest.raises(SystemExit):
+        parse("serve", "--help")
+    out = capsys.readouterr().out
+    assert "usage: mediator serve" in out and "embedded PostgreSQL" in out
+    assert f"(default: {DEFAULT_DATA})" in out
