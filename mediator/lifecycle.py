@@ -223,10 +223,16 @@ class LifecycleMixin:
     ) -> tuple[Run, list[Step], Step]:
         """Lock the run, then its steps (the locking rule); with ``node_id``, refuse a step
         that belongs to another node (403 ``not_your_step``)."""
-        run = tx.get_run(run_id, lock=True)
+        run, steps, step, _ = self._locked_with_node(tx, run_id, seq, node_id)
+        return run, steps, step
+
+    def _locked_with_node(
+        self, tx: Tx, run_id: str, seq: int, node_id: str | None = None
+    ) -> tuple[Run, list[Step], Step, dict[str, Any] | None]:
+        """:meth:`_locked` and the node's row, read in the same statement (issue 13)."""
+        run, steps, node = tx.lock_run_steps(run_id, node_id)
         if run is None:
             raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
-        steps = tx.lock_steps(run_id)
         step = next((s for s in steps if s.seq == seq), None)
         if step is None:
             raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
@@ -234,7 +240,7 @@ class LifecycleMixin:
             raise Forbidden(
                 f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
             )
-        return run, steps, step
+        return run, steps, step, node
 
     def claim(self, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:
         """PENDING → CLAIMED for the node the step belongs to.
@@ -319,8 +325,7 @@ class LifecycleMixin:
         rolled = False
         change = _Change(run_id)
         with self.store.tx() as tx:
-            run, steps, step = self._locked(tx, run_id, seq, node_id)
-            node = tx.node_row(node_id)
+            run, steps, step, node = self._locked_with_node(tx, run_id, seq, node_id)
             current = node["instance"] if node else ""
             inst = current if instance is None else instance
             fresh = step.state == StepState.CLAIMED and step.attempt == attempt

@@ -165,6 +165,28 @@ class Tx:
     def lock_steps(self, run_id: str) -> list[Step]:
         return self._rows("lock_steps", {"run_id": run_id}, row=class_row(Step))
 
+    def lock_run_steps(
+        self, run_id: str, node_id: str | None = None
+    ) -> tuple[Run | None, list[Step], dict[str, Any] | None]:
+        """Lock the run, then its steps, in one statement (issue 13); with the row of
+        ``node_id`` as ``node_row`` reads it (None: no such node)."""
+        rows = self._rows("lock_run_steps", {"run_id": run_id, "node_id": node_id})
+        if not rows:
+            return None, [], None
+        first = rows[0]
+        run = Run(**{k: v for k, v in first.items() if not k.startswith(("s_", "n_"))})
+        steps = [
+            Step(run_id=run.run_id, **{k[2:]: v for k, v in r.items() if k.startswith("s_")})
+            for r in rows
+            if r["s_seq"] is not None
+        ]
+        node = (
+            {k[2:]: v for k, v in first.items() if k.startswith("n_")}
+            if first["n_node_id"] is not None
+            else None
+        )
+        return run, steps, node
+
     def node_row(self, node_id: str) -> dict[str, Any] | None:
         return self._one("node_row", {"node_id": node_id})  # type: ignore[no-any-return]
 

@@ -359,6 +359,31 @@ SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, 
        attempt, chosen, started_at, ended_at
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq FOR UPDATE
 
+-- lock_run_steps --
+-- The locking rule in one statement (issue 13): the run row first (the steps CTE reads its
+-- run_id, so it runs after the run is locked), then its steps in seq order; with the node row of
+-- %(node_id)s beside (not locked, as node_row). One row per step, the run's and the node's
+-- columns on each; no row: no such run.
+WITH r AS (
+    SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+           ended_at, sealed
+    FROM runs WHERE run_id = %(run_id)s FOR UPDATE
+), s AS (
+    SELECT run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, instance,
+           attempt, chosen, started_at, ended_at
+    FROM steps WHERE run_id = (SELECT run_id FROM r) ORDER BY seq FOR UPDATE
+)
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter,
+       r.created_at, r.started_at, r.ended_at, r.sealed,
+       s.seq AS s_seq, s.name AS s_name, s.kind AS s_kind, s.role AS s_role, s.uses AS s_uses,
+       s."with" AS s_with_, s.after AS s_after, s.ask AS s_ask, s.state AS s_state,
+       s.node_id AS s_node_id, s.instance AS s_instance, s.attempt AS s_attempt,
+       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at,
+       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
+       n.expires_at > mediator_now(%(now)s) AS n_live
+FROM r LEFT JOIN s ON true LEFT JOIN nodes n ON n.node_id = %(node_id)s
+ORDER BY s.seq
+
 -- node_row --
 SELECT node_id, instance, drain, expires_at > mediator_now(%(now)s) AS live
 FROM nodes WHERE node_id = %(node_id)s

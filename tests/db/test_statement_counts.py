@@ -42,17 +42,18 @@ PGSS = (
 # issue 13 lands; never raise them. Before issue 13: heartbeat 5, submit 11, work 2, claim 8,
 # result 14 (one-step run 35), 202 submit 11, idle sweep 3, promoting result 24, promoting
 # sweep 12. Then the clock became a statement parameter (−1 each), the heartbeat one upsert
-# with its lease renewal, the claim one guarded UPDATE, and a submit's write one statement.
+# with its lease renewal, the claim one guarded UPDATE, a submit's write one statement, and a
+# result's locks (run, steps, node row) one statement.
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
     "work": 1,
     "claim": 1,
-    "result (last step → settle → seal)": 13,
-    "one-step run": 17,
+    "result (last step → settle → seal)": 11,
+    "one-step run": 15,
     "submit (node busy) → 202": 3,
     "sweep, one run queued, nothing free": 2,
-    "result that frees the node and promotes the queued run": 22,
+    "result that frees the node and promotes the queued run": 20,
     "sweep promoting one queued run": 10,
 }
 
