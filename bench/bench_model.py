@@ -1,4 +1,4 @@
-"""P5 (quality.md §3): reference-model throughput on the `steady` scenario, one-step runs.
+"""P5 (docs/performance.md): reference-model throughput on the `steady` scenario, one-step runs.
 
 Prints one line per figure: runs per wall second (target ≥ 50,000) with and without the event
 log, the same per CPU second of this process (steadier when other work shares the machine),

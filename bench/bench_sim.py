@@ -1,4 +1,4 @@
-"""P4 (quality.md §3): the simulator on the real Mediator — runs per wall second and virtual
+"""P4 (docs/performance.md): the simulator on the real Mediator — runs per wall second and virtual
 seconds per wall second on ``steady`` (one-step runs), against PostgreSQL.
 
 Baseline measured in the same run: the reference model on the same plan (P5's engine), so the

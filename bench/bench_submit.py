@@ -1,4 +1,4 @@
-"""P1 (quality.md §3): submit throughput over HTTP against pgbench on the same server.
+"""P1 (docs/performance.md): submit throughput over HTTP against pgbench on the same server.
 
 One embedded PostgreSQL serves both measurements in the same run:
 

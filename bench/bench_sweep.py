@@ -1,4 +1,4 @@
-"""P2 and P3 (quality.md §3): the cost of one promotion sweep against the queue's length.
+"""P2 and P3 (docs/performance.md): the cost of one promotion sweep against the queue's length.
 
 P2: Q = 100 / 1,000 / 10,000 queued runs in 50 needs classes, every class waiting for its own busy
     node, and one free live node that none of them can use. Target: flat (Q=10,000 within 3× of

@@ -1,6 +1,6 @@
 """Mediator: a lab job broker over PostgreSQL.
 
-The public face (api.md §6)::
+The public face (docs/design.md §19)::
 
     from mediator import Mediator, Config
     med = Mediator.connect()           # embedded PostgreSQL, wall clock

@@ -1,7 +1,8 @@
-"""A small HTTP client for the Mediator's API (api.md §1), shared by ``runctl`` and ``enode``.
+"""A small HTTP client for the Mediator's API (design.md §19), shared by ``runctl`` and ``enode``.
 
-Both programs talk to the Mediator over HTTP only (api.md §5: the node daemon must not import the
-store or the API internals), so the wire details live here once: the base URL, the bearer token,
+Both programs talk to the Mediator over HTTP only (architecture.md: the node daemon must not
+import the store or the API internals), so the wire details live here once: the base URL, the
+bearer token,
 JSON bodies, and the error body ``{"error": {code, message, field}}`` turned into an
 :class:`ApiError` that carries the HTTP status with the server's code, message and field. A server
 that cannot be reached at all is an :class:`Unreachable`, so callers can print one line instead of
@@ -9,7 +10,7 @@ a traceback and a daemon can retry later.
 
 Each route has a method named after it. Most return the decoded JSON body and raise on any other
 status than the one the route answers on success; ``submit`` returns a :class:`Reply` because its
-200, 201, 202 and 422 are all answers a caller must tell apart (mediator.md §7.1).
+200, 201, 202 and 422 are all answers a caller must tell apart (docs/design.md §5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Clocks. Domain code never reads the wall clock directly (mediator.md §4).
+"""Clocks. Domain code never reads the wall clock directly (docs/design.md §13).
 
 The database's ``mediator_now()`` is the time of record. A Python-side clock is needed only to
 generate time-ordered run ids and, in the simulator, to set ``mediator.now``; both go through a

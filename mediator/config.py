@@ -1,4 +1,4 @@
-"""Configuration (mediator.md §8): defaults that work on one machine, a TOML file, the environment.
+"""Configuration (design.md §16): defaults that work on one machine, a TOML file, the environment.
 
 Precedence for every setting: an explicit argument, then ``MEDIATOR_<NAME>`` in the environment,
 then the configuration file, then the default. Values that cannot work are refused when the

@@ -2,7 +2,7 @@
 
 A contract names *roles* (each with the capabilities it needs; one node fills each role) and *steps*
 (exec steps run on their role's node, ask steps put a question to a person). This module is the
-single place that decides two things (mediator.md §5):
+single place that decides two things (docs/design.md §4):
 
 * whether a document is a contract at all. ``parse`` (the seeds' ``NeedsOf``) does every structural
   check synchronously at submit (R5): a run that was answered 201 or 202 must never die later of a
@@ -95,7 +95,7 @@ class StepSpec:
 
 @dataclass(frozen=True)
 class Contract:
-    """A contract that passed every structural check of mediator.md §5.
+    """A contract that passed every structural check of docs/design.md §4.
 
     Attributes:
         run_id: The client's idempotency key (R3), or ``None`` when the Mediator must generate one.
@@ -167,7 +167,7 @@ def needs_key(needs_by_role: Mapping[str, Mapping[str, Any]]) -> str:
     """Return the canonical hash of a run's needs by role (the ``runs.needs_key`` column).
 
     Identical demands get identical keys whatever their key order, so the promotion sweep can
-    remember an ALL_BUSY or NO_CANDIDATE answer per key (mediator.md §6, P2). Role names are part
+    remember an ALL_BUSY or NO_CANDIDATE answer per key (docs/design.md §4, P2). Role names are part
     of the key because the matcher takes roles in name order. JSON types are kept (``true`` and
     ``1`` differ); ``1`` and ``1.0`` also get different keys although they match alike, which only
     costs the sweep a cache miss, never a wrong answer.
@@ -188,7 +188,7 @@ def needs_key(needs_by_role: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def satisfies(needs: Mapping[str, Any], caps: Mapping[str, Any]) -> bool:
-    """Say whether capabilities meet every need of one role (mediator.md §5).
+    """Say whether capabilities meet every need of one role (docs/design.md §4).
 
     A need ``true`` asks for the capability to be present and truthy. Any other need must equal
     the capability, or be a member of it when the capability is a list. Equality keeps JSON
@@ -362,7 +362,7 @@ def _encodes(text: str) -> bool:
 def dependants(steps: Sequence[StepSpec], failed: str) -> set[str]:
     """Return every step that depends on ``failed``, directly or through other steps.
 
-    These become SKIPPED when ``failed`` fails (mediator.md §7.4): they can no longer run.
+    These become SKIPPED when ``failed`` fails (docs/design.md §9): they can no longer run.
 
     Args:
         steps: The run's steps.

@@ -34,7 +34,7 @@ class ContractError(MediatorError):
 
 
 class ConfigError(MediatorError):
-    """A configuration value that cannot work (mediator.md §8), naming the setting."""
+    """A configuration value that cannot work (docs/design.md §16), naming the setting."""
 
     status = 400
     code = "invalid_config"

@@ -1,13 +1,14 @@
-"""The one orchestration layer: submit, the promotion sweep, adverts, reads (mediator.md §7).
+"""The one orchestration layer: submit, the promotion sweep, adverts, reads (docs/design.md §9).
 
 The HTTP API, the CLI and the simulator all call :class:`Mediator`; none of them re-implements a
 flow. Decisions come from the pure modules (``contract``, ``match``, ``states``); persistence from
 ``store.db``; files from ``records``. Every run-changing transaction follows the locking rule of
-mediator.md §7: the run row first, then steps, leases, asks.
+docs/design.md §9: the run row first, then steps, leases, asks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -52,7 +53,7 @@ log = logging.getLogger("mediator")
 
 RUN_STATES = frozenset(s.value for s in RunState)
 DRAIN_POLICIES = ("", "graceful", "at-boundary")
-_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (mediator.md §6); TOO_WIDE is not
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
 _PAGE = 64
 
 
@@ -109,7 +110,7 @@ def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
 
 
 class Mediator(LifecycleMixin):
-    """The Mediator's Python interface (api.md §6). Build it with :meth:`connect`."""
+    """The Mediator's Python interface (docs/design.md §19). Build it with :meth:`connect`."""
 
     def __init__(
         self,
@@ -246,7 +247,7 @@ class Mediator(LifecycleMixin):
         return self.clock() if self.clock is not None else wall_clock()
 
     def _new_run_id(self) -> str:
-        """Time-ordered from the Mediator's clock (mediator.md §5), unique by a random suffix."""
+        """Time-ordered from the Mediator's clock (docs/design.md §4), unique by a random suffix."""
         return self._now().strftime("%Y%m%dT%H%M%S%f") + "-" + secrets.token_hex(4)
 
     def _wake_safely(self, why: str) -> WakeReport | None:
@@ -332,7 +333,7 @@ class Mediator(LifecycleMixin):
         draining = {n.node_id for n in nodes if n.drain}
         return adverts, busy, draining
 
-    # ---- submit (mediator.md §7.1) -----------------------------------------------------------
+    # ---- submit (docs/design.md §5) -----------------------------------------------------------
     def submit(
         self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
     ) -> Submission:
@@ -591,7 +592,7 @@ class Mediator(LifecycleMixin):
             new, RunState.FAILED, StepState.SKIPPED, events, verdict=Verdict.REJECTED, reject=reject
         )
 
-    # ---- WakeQueued (mediator.md §7.2, R6–R12) ----------------------------------------------
+    # ---- WakeQueued (docs/design.md §6, R6–R12) ----------------------------------------------
     def wake_queued(self) -> WakeReport:
         """The promotion sweep over the queue, FIFO with skipping (timed for the observers)."""
         started = time.perf_counter()
@@ -792,21 +793,27 @@ class Mediator(LifecycleMixin):
             contract = tx.live_contract(run_id) or {}
             needs = {r: dict(n) for r, n in (contract.get("roles") or {}).items()}
             fleet = tx.fleet_for(needs)  # the wait reason needs only this run's candidates
-        adverts, busy, draining = self._view(fleet)
-        res = match(needs, adverts, busy | draining, self.config.max_width)
-        if isinstance(res, Reject):
-            reason = res.as_dict()
-            cands = set(reason.get("candidates") or ())
-            reason["busy"] = sorted(cands & busy)
-            reason["draining"] = sorted(cands & draining)
-        else:
-            reason = {
-                "code": "PROMOTABLE",
-                "message": "A matching node is free now; the next wake promotes this run.",
-            }
+        reason = self._wait_reason(needs, fleet)
         return Run(
             **{**run.__dict__, "steps": steps, "queue_position": position, "wait_reason": reason}
         )
+
+    def _wait_reason(
+        self, needs: dict[str, dict[str, Any]], fleet: Iterable[FleetNode]
+    ) -> dict[str, Any]:
+        """A queued run's ``wait_reason``: the reject a dry match against the fleet gives now."""
+        adverts, busy, draining = self._view(fleet)
+        res = match(needs, adverts, busy | draining, self.config.max_width)
+        if not isinstance(res, Reject):
+            return {
+                "code": "PROMOTABLE",
+                "message": "A matching node is free now; the next wake promotes this run.",
+            }
+        reason = res.as_dict()
+        cands = set(reason.get("candidates") or ())
+        reason["busy"] = sorted(cands & busy)
+        reason["draining"] = sorted(cands & draining)
+        return reason
 
     def _require_run(self, run_id: str) -> Run:
         run = self._read_run(run_id)
@@ -839,7 +846,27 @@ class Mediator(LifecycleMixin):
         with self.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
             observed = tx.observed_at()
             rows = tx.list_runs(state, work_id, since, limit)
-        return RunList(observed, tuple(rows))
+            by_state = tx.run_counts()  # the panel's header (issue 15 §5), lab-wide
+            queued = [r.run_id for r in rows if r.state == RunState.QUEUED]
+            # Issue 15 §4: position and needs of the whole page in one statement, then one
+            # fleet read for all their candidates — never a statement per queued row.
+            details = {d["run_id"]: d for d in tx.queued_details(queued)} if queued else {}
+            merged = {f"{i}.{role}": dict(need) for i, d in enumerate(details.values())
+                      for role, need in d["needs"].items()}  # fmt: skip
+            fleet = tx.fleet_for(merged) if details else []
+        if details:
+            rows = [
+                dataclasses.replace(
+                    r,
+                    queue_position=int(details[r.run_id]["position"]),
+                    wait_reason=self._wait_reason(details[r.run_id]["needs"], fleet),
+                )
+                if r.run_id in details
+                else r
+                for r in rows
+            ]
+        counts = {s.lower(): by_state.get(s, 0) for s in (RunState.QUEUED, RunState.RUNNING)}
+        return RunList(observed, tuple(rows), counts)
 
     def list_nodes(self) -> Fleet:
         """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""

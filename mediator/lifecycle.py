@@ -1,4 +1,4 @@
-"""The run lifecycle half of the orchestration layer (mediator.md §7.4–7.6).
+"""The run lifecycle half of the orchestration layer (docs/design.md §9–7.6).
 
 Steps are claimed and reported by nodes; results release nodes as soon as they are done with a run
 (applyRelease), settle the run when every step is terminal (SettleIfDone), and wake the queue
@@ -132,9 +132,9 @@ class LifecycleMixin:
         """End a run early (cancel, lost, drained): open steps SKIPPED, asks closed, FAILED.
 
         A node still running a CLAIMED step keeps its lease until that step's result arrives or
-        the lease expires (I2's exception; our departure from seed 000), unless the node is
-        ``gone`` (its lease expired or its daemon restarted): then the step can never report and
-        is SKIPPED too. Returns the released nodes.
+        the lease expires (I2's exception; our departure from the original design, design.md
+        §21), unless the node is ``gone`` (its lease expired or its daemon restarted): then the
+        step can never report and is SKIPPED too. Returns the released nodes.
         """
         gone = set(gone)
         skip = []
@@ -172,7 +172,7 @@ class LifecycleMixin:
         if any(
             _drained_at_boundary(r["node_id"], steps) for r in leases if r["drain"] == "at-boundary"
         ):
-            # at-boundary drain (mediator.md §7.5, amended): a node the run still needs, with
+            # at-boundary drain (docs/design.md §10, amended): a node the run still needs, with
             # no step CLAIMED on it, ends the run — remaining steps SKIPPED, FAILED/drained.
             # A node the run no longer needs is simply released below (applyRelease), so the
             # outcome does not depend on whether the drain advert or the result came first.
@@ -212,7 +212,7 @@ class LifecycleMixin:
         if wake:
             self._wake_safely(why)
 
-    # ---- steps (mediator.md §7.4) ------------------------------------------------------------
+    # ---- steps (docs/design.md §9) ------------------------------------------------------------
     def work(self, node_id: str) -> list[Step]:
         """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
         with self.store.autocommit() as tx:
@@ -304,7 +304,7 @@ class LifecycleMixin:
         log: str = "",
         instance: str | None = None,
     ) -> ReportResult:
-        """A step's result (mediator.md §7.4); wakes the queue after commit (wake 1) unless it
+        """A step's result (docs/design.md §9); wakes the queue after commit (wake 1) unless it
         was a ``retry`` rollback (R15).
 
         Raises:
@@ -412,7 +412,7 @@ class LifecycleMixin:
         final = StepState.PASSED if outcome == "pass" else StepState.FAILED
         return ReportResult(change.settled, False, tuple(change.released), final)
 
-    # ---- cancel (mediator.md §7.5) ----------------------------------------------------------
+    # ---- cancel (docs/design.md §10) ----------------------------------------------------------
     def cancel(self, run_id: str, principal: str | None = None, *, admin: bool = False) -> Run:
         """QUEUED or RUNNING → FAILED/cancelled; a terminal run is a no-op. Always wakes (wake 2).
 
@@ -439,7 +439,7 @@ class LifecycleMixin:
         self._wake_safely("cancel")  # wake 2: always
         return self.get_run(run_id)  # type: ignore[attr-defined,no-any-return]
 
-    # ---- reaper (mediator.md §7.5) ----------------------------------------------------------
+    # ---- reaper (docs/design.md §10) ----------------------------------------------------------
     def reap(self) -> ReapReport:
         """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
         terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
@@ -541,7 +541,7 @@ class LifecycleMixin:
         self._after_commit(changes, "advert", wake=False)
         return released_any
 
-    # ---- asks (mediator.md §7.6) ------------------------------------------------------------
+    # ---- asks (docs/design.md §11) ------------------------------------------------------------
     def asks(self) -> list[Ask]:
         """Open asks, oldest first."""
         with self.store.autocommit() as tx:

@@ -1,4 +1,4 @@
-"""The matcher: which live nodes fill a contract's roles, or why none can now (mediator.md §6).
+"""The matcher: which live nodes fill a contract's roles, or why none can now (docs/design.md §4).
 
 Submit, the dry run and the promotion sweep all ask the same question — given the roles' needs, the
 live adverts and the nodes that are unavailable (busy ∪ draining, FR-11: the caller forms the union,
@@ -155,7 +155,7 @@ def candidates(needs: Mapping[str, Any], adverts: Iterable[Advert]) -> list[str]
         adverts: Live adverts.
 
     Returns:
-        Sorted node ids (``C_r`` of mediator.md §6).
+        Sorted node ids (``C_r`` of docs/design.md §4).
     """
     return sorted(a.node_id for a in adverts if satisfies(needs, a.capabilities))
 
@@ -168,7 +168,7 @@ def match(
 ) -> Assignment | Reject:
     """Fill every role with a live, available node, or say why that cannot be done now.
 
-    The algorithm of mediator.md §6:
+    The algorithm of docs/design.md §4:
 
     1. Roles are taken in name order; ``C_r`` is the set of adverts satisfying role ``r``'s needs.
     2. A role with an empty ``C_r`` gives ``NO_CANDIDATE``. Every ``C_r`` is computed first (step 4

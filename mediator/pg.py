@@ -13,7 +13,7 @@ the test session all need a private PostgreSQL cluster. ``testing.postgresql`` d
 * Ephemeral clusters live on tmpfs (``/dev/shm``) with ``fsync=off``: they start in about a second.
   A persistent cluster (``mediator serve --data DIR``) keeps PostgreSQL's durable defaults.
 * Clients connect over the cluster's unix socket, which is several times cheaper per round trip
-  than TCP on loopback (quality.md §3 measures ``SELECT 1`` at ~90 µs).
+  than TCP on loopback (docs/performance.md measures ``SELECT 1`` at ~90 µs).
 * Only its owner can reach it (issue 11 §10, docs/security.md "The embedded database"). The
   cluster trusts whoever connects, so nobody else may connect at all: it listens on **no TCP
   address**, only on a unix socket in ``<base>/tmp``, a directory of mode 0700 owned by the account
@@ -270,13 +270,25 @@ class EmbeddedPostgres:
         self.stop()
 
 
-def create_database(admin_dsn: str, name: str) -> None:
-    """``CREATE DATABASE name`` on the server of ``admin_dsn`` (a fresh database per simulation)."""
+def create_database(admin_dsn: str, name: str, template: str | None = None) -> None:
+    """``CREATE DATABASE name`` on the server of ``admin_dsn`` (a fresh database per simulation),
+    empty or a copy of ``template`` (a schema-loaded database on the same server)."""
     from mediator.store.db import admin_execute
 
-    if not name.replace("_", "").isalnum():
-        raise ValueError(f"unsafe database name {name!r}")
-    admin_execute(admin_dsn, f'CREATE DATABASE "{name}"')
+    for n in (name, template or "x"):
+        if not n.replace("_", "").isalnum():
+            raise ValueError(f"unsafe database name {n!r}")
+    copy = f' TEMPLATE "{template}"' if template else ""
+    admin_execute(admin_dsn, f'CREATE DATABASE "{name}"{copy}')
+
+
+def create_schema_database(admin_dsn: str, name: str) -> None:
+    """A new database with the Mediator's schema loaded, e.g. a template that simulation tasks
+    copy (issue 14 §8); the simulator reaches the store only through this module."""
+    from mediator.store.db import load_schema
+
+    create_database(admin_dsn, name)
+    load_schema(admin_dsn.rsplit("/", 1)[0] + "/" + name)
 
 
 def drop_database(admin_dsn: str, name: str) -> None:

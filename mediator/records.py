@@ -1,4 +1,4 @@
-"""Run records: ``<records_root>/<run_id>/``, opened at submit, sealed once (mediator.md §7.7).
+"""Run records: ``<records_root>/<run_id>/``, opened at submit, sealed once (docs/design.md §12).
 
 Files only — the flows hand in what the database says, so one root can be shared by every Mediator
 process and the record is always generated from the committed truth:

@@ -2,7 +2,7 @@
 
 The store builds them with ``psycopg.rows.class_row``; flows, the HTTP API and the simulator pass
 them around instead of dicts, so a misspelt field is an AttributeError, not a silent ``None``.
-``to_dict`` gives the JSON shape of api.md §1 (timestamps as ISO 8601).
+``to_dict`` gives the JSON shape of docs/design.md §19 (timestamps as ISO 8601).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-#: The events vocabulary (mediator.md §4, schema.sql's CHECK): every kind some flow emits, and
+#: The events vocabulary (docs/design.md §13, schema.sql's CHECK): every kind some flow emits, and
 #: nothing else. A queued submit is ``submitted`` with ``data.state = "QUEUED"``, a promotion
 #: ``promoted``; there is no separate ``queued`` kind (issue 12 §7).
 EVENT_KINDS = (
@@ -50,7 +50,7 @@ class _Row:
 
 @dataclass(frozen=True)
 class Step(_Row):
-    """One step of a run (api.md §6)."""
+    """One step of a run (docs/design.md §19)."""
 
     seq: int
     name: str
@@ -77,7 +77,7 @@ class Step(_Row):
 
 @dataclass(frozen=True)
 class Run(_Row):
-    """A run and its steps (api.md §6). ``queue_position``/``wait_reason`` only while QUEUED."""
+    """A run and its steps (design.md §19). ``queue_position``/``wait_reason`` only while QUEUED."""
 
     run_id: str
     work_id: str
@@ -95,7 +95,7 @@ class Run(_Row):
     wait_reason: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        # Absent, not null, when they do not apply (seed 000 §6.1: a 202 body has neither
+        # Absent, not null, when they do not apply (docs/design.md §7: a 202 body has neither
         # assigned nor reject; queue_position and wait_reason exist only while QUEUED).
         d = super().to_dict()
         for key in ("assigned", "reject", "queue_position", "wait_reason"):
@@ -119,6 +119,16 @@ class RunSummary(_Row):
     assigned: dict[str, str] | None
     reject: dict[str, Any] | None
     current: list[dict[str, Any]] = field(default_factory=list)
+    # While QUEUED only, computed for the whole page at once (issue 15 §4); absent otherwise.
+    queue_position: int | None = None
+    wait_reason: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        for key in ("queue_position", "wait_reason"):
+            if d[key] is None:
+                d.pop(key)
+        return d
 
 
 @dataclass(frozen=True)
@@ -153,6 +163,8 @@ class Fleet(_Row):
 class RunList(_Row):
     observed_at: datetime
     runs: tuple[RunSummary, ...]
+    # Lab-wide ``{queued, running}``, not filtered like ``runs`` (issue 15 §5).
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,7 +195,7 @@ class NeedsClass:
 
 @dataclass(frozen=True)
 class AdvertResult:
-    """What UpsertAdvert returns: the previous values from the row as locked (mediator.md §7.3)."""
+    """What UpsertAdvert returns: the previous values from the row as locked (docs/design.md §8)."""
 
     prev_drain: str
     prev_instance: str

@@ -1,4 +1,4 @@
-"""The run and step state machines, written once as tables (mediator.md §2).
+"""The run and step state machines, written once as tables (docs/design.md §2).
 
 Every state change in the Mediator goes through ``run_transition`` or ``step_transition``, so the
 tables below are the whole truth about which moves exist; a move not in a table is a bug or a race
@@ -67,7 +67,7 @@ class StepState(StrEnum):
 
 
 class Verdict(StrEnum):
-    """``runs.verdict``: null until the run is terminal, then why it ended (mediator.md §2)."""
+    """``runs.verdict``: null until the run is terminal, then why it ended (docs/design.md §2)."""
 
     PASS = "pass"
     FAIL = "fail"
@@ -151,7 +151,7 @@ def step_transition(frm: StepState | str | None, to: StepState | str) -> StepSta
 
 
 def settle_verdict(step_states: Iterable[str]) -> tuple[RunState, Verdict] | None:
-    """Decide ``SettleIfDone`` for a RUNNING run from its steps' states (mediator.md §7.4).
+    """Decide ``SettleIfDone`` for a RUNNING run from its steps' states (docs/design.md §9).
 
     Args:
         step_states: The state of every step of the run.

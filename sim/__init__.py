@@ -1,6 +1,6 @@
 """The fleet simulator: scenarios, pre-sampled workloads, traces, statistics, the reference model.
 
-`sim` explores queueing behaviour of the Mediator in virtual time (sim.md). This package's
+`sim` explores queueing behaviour of the Mediator in virtual time (design.md §20). This package's
 database-free foundation:
 
 - `sim.scenarios` — what to simulate (fleet + workload + settings), the built-in scenarios;

@@ -1,6 +1,6 @@
 """Statistics for simulation output: queueing theory to compare against, and honest intervals.
 
-sim.md §7: a simulator is only trusted once it reproduces theory where theory applies — Erlang C
+design.md §20: a simulator is only trusted once it reproduces theory where theory applies — Erlang C
 for M/M/c — with independent replications, a warm-up cut and confidence intervals, "not one lucky
 seed"; and Little's law (L = λW) is checked on every run. This module holds those tools. It knows
 nothing of how a result was produced: the reference model and the real-Mediator engine feed it the
@@ -23,7 +23,7 @@ from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 T = TypeVar("T")
 
 # ---------------------------------------------------------------------------------------------
-# M/M/c (Erlang C), exactly as sim.md §7 states it
+# M/M/c (Erlang C), exactly as docs/design.md §20 states it
 # ---------------------------------------------------------------------------------------------
 
 

@@ -1,10 +1,12 @@
-"""``python -m sim``: list scenarios, run one, or produce the report (sim.md §10).
+"""``python -m sim``: list scenarios, run one, or produce the report (docs/design.md §20).
 
     python -m sim list
     python -m sim show SCENARIO [--set key=value ...]
     python -m sim run SCENARIO [--set key=value ...] [--engine mediator|model] [--out DIR]
     python -m sim plan SCENARIO --sizes 3,4,5 --wait 600 [--quantile 0.95] [...]
     python -m sim report [--out reports/] [--scale full|ci]
+    python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.gate)
+    python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
 
 ``--set`` takes the names Python takes — a built-in scenario's parameters (``runs=10``,
 ``arrival_rate=0.2``, ``service="lognormal"``), which rebuild it so derived fields follow — and
@@ -263,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--database-url", help="PostgreSQL server (default: an embedded one)")
     rep.set_defaults(func=cmd_report)
+    from sim.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate (issue 16)
+
+    add_gate_parsers(sub)
     return ap
 
 

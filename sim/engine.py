@@ -1,11 +1,12 @@
-"""The engine that drives the real Mediator against a real PostgreSQL in virtual time (sim.md §2).
+"""The engine that drives the real Mediator against a real PostgreSQL in virtual time
+(design.md §20).
 
 Every call goes through the Mediator's public Python interface (``submit``, ``advert``, ``work``,
 ``claim``, ``report``, ``answer``, ``reap``) on a connection whose clock is this engine's virtual
 clock, so every ``mediator_now()`` in SQL reads virtual time. Measurements are read back from the
 database afterwards, read-only (``Mediator.query``).
 
-Why not SimPy's scheduler: the differential test (sim.md §6) needs this engine and the reference
+Why not SimPy's scheduler: the differential test (design.md §20) needs this engine and the reference
 model to order simultaneous events identically — by (time, class, key), documented in
 ``sim.model`` — while SimPy orders equal-time events by insertion. So both engines share the small
 ``EventQueue`` heap of ``sim.model`` (style.md: SimPy's own core is such a heap), and the node
@@ -378,7 +379,7 @@ class Engine:
 
     # ---- stuck and invariants ----
     def _check_stuck(self) -> None:
-        """A QUEUED run is stuck while the live, free fleet could serve it (sim.md §4)."""
+        """A QUEUED run is stuck while the live, free fleet could serve it (docs/design.md §20)."""
         self.counts["checks"] += 1
         now = self.clock.now_us
         promotable: set[str] = set()
@@ -476,20 +477,13 @@ def server_url(database_url: str | None = None) -> str:
 
 
 def fresh_database(database_url: str | None = None, template: str | None = None) -> str:
-    """A new database for one simulation (sim.md §2: runs can go side by side): empty, or a copy
+    """A new database for one simulation (design.md §20: runs can go side by side): empty, or a copy
     of `template` (a schema-loaded database on the same server, issue 14 §8)."""
     from mediator.pg import create_database
 
     admin, name_to_dsn = _server_dsn(database_url)
     name = f"sim_{os.getpid()}_{time.time_ns()}"
-    if template is None:
-        create_database(admin, name)
-    else:
-        from mediator.store.db import admin_execute
-
-        if not (name + template).replace("_", "").isalnum():
-            raise ValueError(f"unsafe database name {template!r}")
-        admin_execute(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    create_database(admin, name, template)
     return name_to_dsn(name)
 
 

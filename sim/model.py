@@ -1,4 +1,4 @@
-"""The reference model: the Mediator's scheduling policy, re-implemented in memory (sim.md §6).
+"""The reference model: the Mediator's scheduling policy, re-implemented in memory (design.md §20).
 
 Why it exists: fast sweeps where a database would be too slow (P5: ≥ 50,000 runs per wall second),
 and a *differential check* — on the same `sim.workload.Plan` the real Mediator and this model must
@@ -6,7 +6,7 @@ promote the same runs onto the same nodes at the same virtual instants. It must 
 `mediator` (a boundary test checks): two independent implementations that agree are evidence;
 one implementation used twice is not.
 
-What it implements (mediator.md §1–3, §5–7, rule ids from seed 000):
+What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
 
 - matcher (§6): roles in name order; every role must have a live candidate first, else
   NO_CANDIDATE for the first empty role in name order (as `mediator.match` does); folding reuses
@@ -81,7 +81,7 @@ one can observe.
 **Stopping.** With `horizon_s` the simulation covers [0, horizon_s]; without it, it stops once no
 arrival, step, answer, fleet event, reaper pass or pending at-boundary drain is left.
 
-**Stuck** (sim.md §4): an interval in which a QUEUED run could have been promoted — matching it
+**Stuck** (design.md §20): an interval in which a QUEUED run could have been promoted — matching it
 against the live, free nodes gives an assignment — but was not. With `wake_on_return` the model
 has none (every release and every returning node wakes the queue); without it, a returned node
 leaves its queued runs stuck until an unrelated wake.
@@ -186,7 +186,7 @@ def _same(want: Any, have: Any) -> bool:
 
 
 def satisfies(needs: Mapping[str, Any], caps: Mapping[str, Any]) -> bool:
-    """Whether capabilities meet every need of one role (mediator.md §5).
+    """Whether capabilities meet every need of one role (docs/design.md §4).
 
     Args:
         needs: `{key: scalar}`; `true` asks for a present, truthy capability.
@@ -436,7 +436,7 @@ class ModelResult:
             )
 
     def advert_share(self) -> float:
-        """Adverts as a share of all Mediator calls the real engine would make (sim.md §2)."""
+        """Adverts as a share of all Mediator calls the real engine would make (design.md §20)."""
         c = self.counts
         calls = sum(c.get(k, 0) for k in ("submit", "advert", "claim", "report", "answer"))
         calls += c.get("reaper_ticks", 0)
@@ -628,7 +628,7 @@ class Model:
         return shape
 
     def _match(self, info: _Needs) -> tuple[str, list[_Node] | None]:
-        """mediator.md §6 against the current fleet; returns (code, chosen node per role)."""
+        """docs/design.md §4 against the current fleet; returns (code, chosen node per role)."""
         now = self.now
         order = info.order
         if len(order) == 1:  # the common case, in one pass

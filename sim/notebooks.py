@@ -1,5 +1,5 @@
 """Run the notebooks in ``notebooks/`` at a chosen scale, read back the numbers they state, and
-render them to HTML (sim.md §9).
+render them to HTML (docs/notebooks.md).
 
 Every notebook has a code cell tagged ``parameters`` (``scale``, ``seed``, ``database_url``) that
 holds its defaults. To run it at another scale, ``execute`` inserts a cell tagged

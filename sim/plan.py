@@ -1,7 +1,8 @@
-"""Capacity planning (sim.md §8): how many nodes keep a wait quantile under a target?
+"""Capacity planning (docs/design.md §20): how many nodes keep a wait quantile under a target?
 
 ``sim.plan(workload, target, fleet_sizes, replications)`` answers "how many nodes with capability
-X keep the 95th-percentile queue wait under 5 minutes at this load?" the way sim.md asks it to:
+X keep the 95th-percentile queue wait under 5 minutes at this load?" the way design.md §20 asks
+it to:
 
 - **The grid on the reference model.** Every fleet size is simulated ``replications`` times on
   the in-memory model (``engine="model"``, ~60,000 runs per wall second), or on the real Mediator
@@ -19,7 +20,7 @@ X keep the 95th-percentile queue wait under 5 minutes at this load?" the way sim
   (upper confidence bound included) is recommended; it and its grid neighbours are then simulated
   on the real Mediator with the same seeds (``sim.run``, each simulation on a fresh database) and
   shown beside the model's figures for the same workload. The two engines promote the same runs at
-  the same instants (sim.md §6), so the confirmation also reports the largest wait difference.
+  the same instants (design.md §20), so the confirmation also reports the largest wait difference.
 
 Replications run on any ``concurrent.futures.Executor``: a local process pool by default (spawned
 workers, one per core), or a Dask cluster's executor (``distributed.Client.get_executor()``) when
@@ -158,13 +159,11 @@ def _task_template(database_url: str | None) -> Iterator[str | None]:
     if database_url is None:
         yield None
         return
-    from mediator.pg import create_database, drop_database
-    from mediator.store.db import load_schema
+    from mediator.pg import create_schema_database, drop_database
 
     name = f"simtpl_{uuid.uuid4().hex}"
-    create_database(database_url, name)
     try:
-        load_schema(database_url.rsplit("/", 1)[0] + "/" + name)
+        create_schema_database(database_url, name)
         yield name
     finally:
         drop_database(database_url, name)
@@ -670,7 +669,7 @@ def plan(
     scheduler: str | None = None,
     per_class: bool = False,
 ) -> CapacityPlan:
-    """Find the smallest fleet whose wait quantile meets a target (sim.md §8).
+    """Find the smallest fleet whose wait quantile meets a target (docs/design.md §20).
 
     Args:
         workload: a ``Scenario`` whose node group ``group`` is resized, or a callable

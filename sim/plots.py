@@ -1,4 +1,4 @@
-"""Charts of a simulation (sim.md §4): waits (histogram and ECDF, with the Erlang C curve where
+"""Charts of a simulation (design.md §20): waits (histogram and ECDF, with the Erlang C curve where
 M/M/c applies), queue length over time, a per-node Gantt chart of leases.
 
 The timeline and the Gantt chart show the window (issue 14 §6): intervals in which a queued run

@@ -37,6 +37,39 @@ class SimResult(ModelResult):
     mediator_s: float = 0.0
     scenario: Scenario | None = None
 
+    # ---- the decisions table (what the CI gate, sim.gate, compares) ----------------------------
+    def decisions(self) -> pd.DataFrame:
+        """Every scheduling decision, in the order the Mediator made it: the CI gate's input.
+
+        One row per start of a run — at submit (``how`` = ``created``: a 201) or by a promotion
+        sweep (``promoted``) — with ``at_s`` (virtual seconds, whole microseconds), ``run_id``,
+        ``how``, ``roles`` (``role=node`` pairs sorted by role, space-separated) and ``queued``
+        (the QUEUED runs at that moment, this one included when it was queued). The gate
+        (``sim.gate``, issue 16) depends on this table, ``queued_before``, ``summary()`` and
+        ``violations`` only, so the engine behind them can change freely.
+        """
+        return self.promotions[["at_s", "run_id", "how", "roles", "queued"]].reset_index(drop=True)
+
+    def queued_before(self, decision: int, at_s: float | None = None) -> list[str]:
+        """The QUEUED run ids, in queue order, just before decision number ``decision`` (an index
+        into ``decisions()``) — or at the instant ``at_s``, if that comes first."""
+        limit = None if at_s is None else round(at_s * US)
+        queued: dict[str, None] = {}
+        made = 0
+        for at_us, kind, run_id, _node, detail in self.event_rows:
+            if limit is not None and at_us > limit:
+                break
+            state = json.loads(detail).get("state") if kind == "submitted" else None
+            if state == "RUNNING" or kind == "promoted":
+                if made == decision:
+                    break
+                made += 1
+            if state == "QUEUED":
+                queued[run_id] = None
+            elif kind in ("promoted", "settled"):
+                queued.pop(run_id, None)
+        return list(queued)
+
     # ---- charts -------------------------------------------------------------------------------
     def plot_waits(self, ax: Any = None) -> Any:
         from sim import plots
@@ -92,6 +125,12 @@ def _nodes_text(assigned: dict[str, str] | None) -> str:
     return ",".join(sorted(set((assigned or {}).values())))
 
 
+def _roles_text(assigned: dict[str, str] | None) -> str:
+    """``{"dut": "b1", "bench": "s1"}`` → ``"bench=s1 dut=b1"`` (roles sorted; a role name never
+    holds ``=`` or a space: the contract's role grammar is ``[A-Za-z0-9._-]``)."""
+    return " ".join(f"{role}={node}" for role, node in sorted((assigned or {}).items()))
+
+
 def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
     """Build the tables from the Mediator's database (read-only)."""
     sc = plan.scenario
@@ -141,9 +180,13 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
         kind, run_id, node_id, data = e["kind"], e["run_id"], e["node_id"], e["data"] or {}
         event_rows.append((round(t * US), kind, run_id, node_id, json.dumps(data, sort_keys=True)))
         if kind == "submitted" and data.get("state") == "RUNNING":
-            promos.append((t, run_id, _nodes_text(data.get("assigned")), "created"))
+            assigned = data.get("assigned")
+            promos.append((t, run_id, _nodes_text(assigned), "created", _roles_text(assigned),
+                           n_queued))  # fmt: skip
         elif kind == "promoted":
-            promos.append((t, run_id, _nodes_text(data.get("assigned")), "promoted"))
+            assigned = data.get("assigned")
+            promos.append((t, run_id, _nodes_text(assigned), "promoted", _roles_text(assigned),
+                           n_queued))  # fmt: skip
         if kind == "submitted" and data.get("state") == "QUEUED":
             queued_at[run_id] = t
             n_queued += 1
@@ -161,7 +204,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
     lease_rows += [(n, r, round(g * US), -1) for (n, r), g in grants.items()]
     from sim.model import _frame
 
-    promotions = pd.DataFrame(promos, columns=["at_s", "run_id", "nodes", "how"])
+    promotions = pd.DataFrame(promos, columns=["at_s", "run_id", "nodes", "how", "roles", "queued"])
     queue = _frame(qlen, ("at_s", "length"), ("at_s",))
     stuck = _frame(sorted(out.stuck_rows, key=lambda r: (r[1], r[0])),
                    ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))  # fmt: skip

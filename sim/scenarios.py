@@ -1,4 +1,5 @@
-"""Scenarios: what a simulation is made of (sim.md §3) — a fleet, a workload and Mediator settings.
+"""Scenarios: what a simulation is made of (design.md §20) — a fleet, a workload and Mediator
+settings.
 
 A scenario is plain data. It says *what* to simulate; `sim.workload.materialize` turns it and its
 seed into the exact, pre-sampled list of arrivals and fleet events, and both the reference model
@@ -11,8 +12,8 @@ which is what `python -m sim run --set key=value` needs), and everything round-t
 (`Scenario.from_toml`, `Scenario.to_toml`) and plain dicts (`to_dict`). `scenario_hash()` is a
 stable digest of the dict form, for manifests.
 
-The built-in scenarios of sim.md §5 are functions returning a `Scenario`; `SCENARIOS` maps their
-names to them for `python -m sim list`. Their heartbeat settings follow sim.md §2: coarse advert
+The built-in scenarios of design.md §20 are functions returning a `Scenario`; `SCENARIOS` maps their
+names to them for `python -m sim list`. Their heartbeat settings follow design.md §20: coarse advert
 intervals where nothing vanishes (adverts stay a small share of the Mediator calls), fine ones only
 where vanishing nodes are the subject.
 """
@@ -294,7 +295,7 @@ class Burst:
 
 @dataclass(frozen=True)
 class Trace:
-    """Replay a trace file (sim.md §5.8): `format` "swf" or "csv"; `path` None = the shipped
+    """Replay a trace file (docs/design.md §20): `format` "swf" or "csv"; `path` None = the shipped
     NASA Ames iPSC/860 log. Submit times are multiplied by `time_scale`, run times by
     `duration_scale`; each row becomes a run of the workload's first template, whose single exec
     step takes the row's run time (a CSV `needs` column overrides the template's needs). A trace's
@@ -376,7 +377,7 @@ class Template:
             raise ScenarioError(f"template {self.name!r}: a role no step uses")
 
     def contract(self, roles: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-        """The JSON contract (mediator.md §5) without `run_id`; `work_id` is the template name."""
+        """The JSON contract (design.md §4) without `run_id`; `work_id` is the template name."""
         steps: list[dict[str, Any]] = []
         for s in self.steps:
             if s.kind == "ask":
@@ -409,7 +410,7 @@ class Workload:
 
 @dataclass(frozen=True)
 class Settings:
-    """Mediator settings a simulation runs with (mediator.md §8), plus the node claim latency."""
+    """Mediator settings a simulation runs with (design.md §16), plus the node claim latency."""
 
     lease_ttl_s: float = 60.0
     renew_s: float = 10.0
@@ -422,7 +423,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class Scenario:
-    """Fleet + workload + settings + horizon + seed: everything a simulation needs (sim.md §3).
+    """Fleet + workload + settings + horizon + seed: everything a simulation needs (design.md §20).
 
     Arrivals stop after `horizon_runs` runs and/or at `horizon_s`; the simulation itself ends at
     `horizon_s` when given, else once nothing can change any more. The first `warmup_runs` runs are
@@ -836,7 +837,7 @@ def _dump_toml(d: Mapping[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Built-in scenarios (sim.md §5)
+# Built-in scenarios (docs/design.md §20)
 # ---------------------------------------------------------------------------------------------
 
 #: Coarse heartbeats (every 30 min) where no node vanishes: adverts stay a few per cent of calls.
@@ -865,7 +866,7 @@ def steady(
     service: str = "exponential",
     cv: float | None = None,
 ) -> Scenario:
-    """M/M/c (sim.md §5.1): c identical nodes, one-role one-step runs, Poisson arrivals,
+    """M/M/c (docs/design.md §20): c identical nodes, one-role one-step runs, Poisson arrivals,
     exponential durations — must agree with Erlang C.
 
     Args:
@@ -924,13 +925,13 @@ def mixed(
     runs: int = 3000,
     seed: int = 0,
 ) -> Scenario:
-    """Several capability classes and multi-role runs with folding (sim.md §5.2).
+    """Several capability classes and multi-role runs with folding (docs/design.md §20).
 
     `unit` runs need any linux node, `arm` runs an arm node, `pair` runs two linux roles that fold
     onto one node, and `hil` runs need the scarce board *and* the scope bench (width 2, a chain of
     three steps; the board is loaded to about 60 %). The scope bench is a linux node too, so narrow
     runs keep taking it: a `hil` run waiting for it must never hold them back (R6), and its waits
-    measure the starvation window of wide runs (mediator.md §10).
+    measure the starvation window of wide runs (docs/design.md §17).
     """
     groups = (
         NodeGroup(linux, {"os": "linux", "arch": "x86"}, id_prefix="lx"),
@@ -985,7 +986,7 @@ def vanished_node(
     mean_up_s: float = 3600.0,
     mean_down_s: float = 600.0,
 ) -> Scenario:
-    """The vanished-node window of seed 000 §5 (sim.md §5.3).
+    """The vanished-node window of docs/design.md §8 (docs/design.md §20).
 
     `churn=False` — the scripted window, step by step: run a (t=1) holds node x000 for 1000 s;
     b (t=2) is QUEUED behind it (ALL_BUSY); x000 vanishes at t=100 (its last advert was at 90, so
@@ -1050,7 +1051,7 @@ def drain(
     runs: int = 1500,
     seed: int = 0,
 ) -> Scenario:
-    """Graceful and at-boundary drains and undrains (sim.md §5.4, wake 6).
+    """Graceful and at-boundary drains and undrains (docs/design.md §20, wake 6).
 
     Three-step runs on identical nodes, loaded to about 60 %. n000 drains gracefully at 2,000 s
     (its current run finishes) and undrains at 6,000 s; n001 drains at-boundary at 3,000 s (its
@@ -1091,7 +1092,7 @@ def restart(
     mean_restart_s: float = 7200.0,
     seed: int = 0,
 ) -> Scenario:
-    """Daemons restarting mid-run (sim.md §5.5), about every 2 h per node at 60 % load: a run
+    """Daemons restarting mid-run (docs/design.md §20), about every 2 h per node at 60 % load: a run
     whose step ran under the old instance is lost and its leases released (wake 4); a lease with
     nothing run yet is rebound."""
     needs = {"pool": "lab"}
@@ -1129,7 +1130,8 @@ def burst(
     runs: int = 1500,
     seed: int = 0,
 ) -> Scenario:
-    """A burst of arrivals on top of a Poisson stream (sim.md §5.6): the queue builds and drains."""
+    """A burst of arrivals on top of a Poisson stream (design.md §20): the queue builds and
+    drains."""
     needs = {"pool": "lab"}
     return Scenario(
         name="burst",
@@ -1153,7 +1155,7 @@ def asks(
     ok_p: float = 0.95,
     seed: int = 0,
 ) -> Scenario:
-    """Runs with person-gated steps (sim.md §5.7): the node is held while a person answers."""
+    """Runs with person-gated steps (design.md §20): the node is held while a person answers."""
     needs = {"pool": "lab"}
     tpl = Template(
         "gated",
@@ -1191,7 +1193,7 @@ def trace(
     duration_scale: float = 1.0,
     runs: int | None = None,
 ) -> Scenario:
-    """Replay a trace on `nodes` identical nodes (sim.md §5.8); `path=None` is the shipped NASA
+    """Replay a trace on `nodes` identical nodes (design.md §20); `path=None` is the shipped NASA
     Ames iPSC/860 1993 log (92 days, 18,239 jobs). Heartbeats come every 4 h and the reaper runs
     hourly, so they stay a small share over such a horizon. With these defaults the Mediator is a
     FIFO multi-server queue and the waits equal `sim.traces.fifo_waits`."""

@@ -1,6 +1,6 @@
 """Workload traces: reading them, and the FIFO multi-server recursion they are checked against.
 
-sim.md §5.8: a real trace is the most honest arrival process and service-time distribution there
+design.md §20: a real trace is the most honest arrival process and service-time distribution there
 is. Two formats are read — the Standard Workload Format (SWF) of the Parallel Workloads Archive,
 in which the shipped NASA Ames iPSC/860 1993 log comes, and a small CSV (`submit_s, run_id,
 duration_s`, optional `needs`). With no claim latency, one-role runs and identical nodes the

@@ -2,8 +2,8 @@
 
 The reference model (`sim.model`) and the real-Mediator engine both consume the *same* `Plan`, so
 the only thing that can make them differ is the scheduler — which is what the differential test of
-sim.md §6 is about. Everything random is drawn here, up front, from separate streams
-(sim.md §2): arrival times and template choice, step durations, step failures/retries, human
+docs/design.md §20 is about. Everything random is drawn here, up front, from separate streams
+(design.md §20): arrival times and template choice, step durations, step failures/retries, human
 answers, and fleet events each come from their own `numpy.random.SeedSequence` child, keyed by
 (stream, template, step) or (stream, process, node). So changing the fleet size leaves the arrival
 sequence and every duration untouched (common random numbers), and changing a failure probability
@@ -37,7 +37,7 @@ from sim.scenarios import (
     Trace,
 )
 
-# Stream numbers: the first element of every spawn key (sim.md §2: separate random streams).
+# Stream numbers: the first element of every spawn key (design.md §20: separate random streams).
 ARRIVALS, DURATIONS, FAILURES, ANSWERS, FLEET = range(5)
 
 PASS, FAIL, RETRY = "pass", "fail", "retry"

@@ -1,6 +1,6 @@
 """Session fixtures: one PostgreSQL cluster, a schema template, a database per test.
 
-quality.md §1: the store is always tested against a real PostgreSQL. The cluster starts once
+docs/architecture.md: the store is always tested against a real PostgreSQL. The cluster starts once
 (about a second on tmpfs); the schema is loaded once into a template database; every test that
 asks for ``dsn`` gets its own ``CREATE DATABASE … TEMPLATE`` copy (~15 ms), so tests never see
 each other's rows and can run in any order.
@@ -80,7 +80,7 @@ def dsn(cluster: Cluster) -> Iterator[str]:
 
 # ---- session-wide rules ------------------------------------------------------------------------
 # Import-boundary rules whose source folder does not exist yet are reported here as "not checked"
-# (api.md §5): never counted as passed, and not a skip or a warning.
+# (docs/architecture.md): never counted as passed, and not a skip or a warning.
 # tests/unit/test_boundaries.py: one "N checked · M skipped" line per rule (issue 12 §6).
 BOUNDARIES: list[str] = []
 

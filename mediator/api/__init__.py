@@ -1,4 +1,4 @@
-"""The HTTP API (api.md §1): translates requests and responses, nothing more.
+"""The HTTP API (docs/design.md §19): translates requests and responses, nothing more.
 
 Every route calls :class:`mediator.Mediator`; no flow is re-implemented here.
 """

@@ -1,7 +1,7 @@
-"""The FastAPI application: the 18 routes of api.md §1.
+"""The FastAPI application: the 18 routes of docs/design.md §19.
 
 Routes translate HTTP to calls on :class:`mediator.Mediator` and back; authorization is decided
-here from the caller's principal and role (mediator.md §9); everything else is the Mediator's.
+here from the caller's principal and role (docs/design.md §14); everything else is the Mediator's.
 Errors are always ``{"error": {code, message, field}}``: validation is 400 (never the framework's
 default 422, which here means "no node can serve this contract"), and no response carries an
 internal path, a stack trace or SQL (SECURITY-15).
@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
@@ -31,6 +31,8 @@ from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed, StreamGauge, StreamsFull
 from mediator.api.limits import BadRequest, BodyLimit, decode
 from mediator.api.metrics import Metrics
+from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
+from mediator.api.openapi import install as install_openapi
 from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
 from mediator.flows import Mediator
 
@@ -49,6 +51,24 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
 Auth = Annotated[str | None, Header(alias="Authorization")]
 Seq = Annotated[int, PathParam(ge=0, le=MAX_INT)]
 AskId = Annotated[int, PathParam(ge=1, le=MAX_INT)]
+NodeId = Annotated[str, PathParam(pattern=ID_PATTERN, max_length=64)]
+RecordFile = Annotated[str, PathParam(min_length=1, max_length=1024)]
+
+
+def _instant(text: str | None, field: str) -> datetime | None:
+    """An RFC 3339 date-time with its offset (``2026-12-01T01:02:03Z``), else 400."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.upper())
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None or "T" not in text.upper():
+        raise ContractError(
+            f"{field} must be an RFC 3339 date-time with an offset, e.g. 2026-12-01T09:30:00Z.",
+            field=field,
+        )
+    return value
 
 
 def _known_fields(request: Request, parents: list[str]) -> list[str]:
@@ -119,12 +139,13 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         lifespan=lifespan,
         title="Mediator",
         version="0.1.0",
-        description="A lab job broker over PostgreSQL (api.md).",
+        description="A lab job broker over PostgreSQL (docs/design.md).",
         docs_url=None,
         redoc_url=None,
     )
     app.state.med = med
     app.state.feed = feed
+    install_openapi(app)  # the document as the server behaves (issue 15 §1)
     app.add_middleware(BodyLimit, max_body=max_body)
 
     # -- errors --
@@ -151,11 +172,22 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # RFC 9110 §15.5.6: a 405 lists the methods the resource has. The panel's mount at "/"
+        # matches every path, so a wrong method on an API path reaches it and comes back as its
+        # 404 or bare 405: the API's routes decide (the static files know only GET and HEAD).
+        methods = route_methods(app.routes, request.url.path)
+        if exc.status_code in (404, 405) and methods and request.method not in methods:
+            exc = StarletteHTTPException(405)
+        elif exc.status_code == 405:
+            methods = {"GET", "HEAD"}
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         message = {404: "No such route.", 405: "Method not allowed on this route."}.get(
             exc.status_code, "The request was refused."
         )
-        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), message)
+        response = _error(exc.status_code, codes.get(exc.status_code, "http_error"), message)
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(sorted(methods))
+        return response
 
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -217,7 +249,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     # 2 -- work
     @app.get("/v1/nodes/{node_id}/work", tags=["nodes"])
-    def get_work(node_id: str, authorization: Auth = None) -> dict[str, Any]:
+    def get_work(node_id: NodeId, authorization: Auth = None) -> dict[str, Any]:
         as_node(caller(authorization), node_id)
         return {"steps": [s.to_dict() for s in med.work(node_id)]}
 
@@ -252,7 +284,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         responses={201: {"description": "RUNNING"}, 202: {"description": "QUEUED"},
                    422: {"description": "FAILED: no node can ever serve it"}},
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"type": "object", "description": "The run contract (mediator.md §5)"}}}}},
+            "schema": {"type": "object", "description": "The run contract (docs/design.md)"}}}}},
     )  # fmt: skip
     async def post_run(
         request: Request,
@@ -277,14 +309,16 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     # 6 -- list runs
     @app.get("/v1/runs", tags=["runs"])
     def list_runs(
-        state: str | None = None,
-        work_id: str | None = None,
-        since: datetime | None = None,
+        state: Literal["", "QUEUED", "RUNNING", "PASSED", "FAILED"] | None = None,
+        work_id: Annotated[str | None, Query(max_length=200)] = None,
+        since: str | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         authorization: Auth = None,
     ) -> dict[str, Any]:
         caller(authorization)
-        return med.list_runs(state, work_id, since, limit).to_dict()
+        # issue 15 §1: `state=` (empty) means every state, as a form leaves it; `since` is an
+        # RFC 3339 instant with its offset — not a number of seconds, not a local time.
+        return med.list_runs(state or None, work_id, _instant(since, "since"), limit).to_dict()
 
     # 7 -- one run
     @app.get("/v1/runs/{run_id}", tags=["runs"])
@@ -312,10 +346,13 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     # 10 -- one record file (no path traversal: Records.read_file stays inside the run's folder)
     @app.get("/v1/runs/{run_id}/record/{file:path}", tags=["records"])
-    def get_record_file(run_id: str, file: str, authorization: Auth = None) -> Response:
+    def get_record_file(run_id: str, file: RecordFile, authorization: Auth = None) -> Response:
         caller(authorization)
         med.get_run(run_id)
-        data = med.records.read_file(run_id, file)
+        try:
+            data = med.records.read_file(run_id, file)
+        except (OSError, ValueError):  # a name the file system refuses (too long, NUL) is no file
+            data = None
         if data is None:
             raise NotFound("No such file in this run's record.", code="no_such_file", field="file")
         kind = "application/json" if file.endswith(".json") else "text/plain; charset=utf-8"
@@ -355,15 +392,17 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     )
     async def get_events(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-        after: int | None = None,
-        limit: Annotated[int | None, Query(ge=1)] = None,
+        after: Annotated[int | None, Query(ge=0, le=MAX_EVENT_ID)] = None,
+        limit: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
         authorization: Auth = None,
     ) -> Response:
         p = caller(authorization)
         start = after
-        if last_event_id is not None:
+        if last_event_id:  # an empty Last-Event-ID is no id at all (issue 15 §1)
             try:
                 start = int(last_event_id)
+                if not 0 <= start <= MAX_EVENT_ID:
+                    raise ValueError
             except ValueError:
                 raise ContractError(
                     "Last-Event-ID must be an event id.", field="Last-Event-ID"

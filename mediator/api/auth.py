@@ -1,4 +1,4 @@
-"""Bearer tokens → principal and role (mediator.md §9).
+"""Bearer tokens → principal and role (docs/design.md §14).
 
 A tokens file maps each token to a principal and one of the roles ``node``, ``client``,
 ``admin``::
@@ -8,7 +8,7 @@ A tokens file maps each token to a principal and one of the roles ``node``, ``cl
     principal = "lab-node-1"
     role = "node"
 
-The development mode has no tokens and no principal (``''``, never NULL: mediator.md §9) and acts
+The development mode has no tokens and no principal (``''``, never NULL: design.md §14) and acts
 as admin; ``mediator serve --dev`` refuses any host but loopback.
 """
 

@@ -1,4 +1,4 @@
-"""``GET /v1/events``: Server-Sent Events fed by PostgreSQL NOTIFY (api.md §1 route 14).
+"""``GET /v1/events``: Server-Sent Events fed by PostgreSQL NOTIFY (docs/design.md §19 route 14).
 
 Every commit that inserts into ``events`` NOTIFYs ``mediator_events`` (a statement trigger), and
 NOTIFY is delivered on commit only — so subscribers of every Mediator process hear of every

@@ -1,4 +1,4 @@
-"""Every request is checked here before any route sees it (quality.md §4, issue 11 §3, §4, §11).
+"""Every request is checked here before any route sees it (performance.md, issue 11 §3, §4, §11).
 
 :class:`BodyLimit` is a pure ASGI middleware that, for each HTTP request:
 

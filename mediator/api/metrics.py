@@ -1,4 +1,4 @@
-"""``GET /metrics``: Prometheus text (api.md §1 route 16).
+"""``GET /metrics``: Prometheus text (docs/design.md §19 route 16).
 
 Queue depth, runs by state and the queue-wait histogram are read from the database at scrape time,
 so every Mediator process reports the same fleet-wide truth; the sweep-duration histogram is this

@@ -3,7 +3,7 @@
 ``mediator serve`` starts (or connects to) PostgreSQL, wakes the queue once (wake 5), seals what a
 crash left unsealed, runs the reaper every ``renew_seconds`` and serves the HTTP API with uvicorn
 until SIGINT/SIGTERM, then shuts down gracefully. Invalid configuration exits with status 2 before
-anything listens (mediator.md §8).
+anything listens (docs/design.md §16).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _is_loopback(host: str) -> bool:
 
 
 class Reaper:
-    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (mediator.md §7.5)."""
+    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (docs/design.md §10)."""
 
     def __init__(self, med: object, every_s: float) -> None:
         self.med = med
@@ -176,7 +176,7 @@ def records_verify(args: argparse.Namespace) -> int:
 
 def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--config``, ``--data`` and ``--records``: accepted before the subcommand and after it
-    (api.md §2 writes ``mediator serve --data DIR``). After it they default to SUPPRESS, so a
+    (design.md §19 writes ``mediator serve --data DIR``). After it they default to SUPPRESS, so a
     value given before the subcommand is not overwritten by the subcommand's default."""
 
     def default(value: str | None) -> str | None:

@@ -1,37 +1,64 @@
-"""``runctl``: the Mediator's client command line (api.md §2).
+"""``runctl``: the Mediator's client command line (docs/design.md §19).
 
 A person or a script submits contracts, reads runs and the fleet, cancels, and answers asks through
 the HTTP API only (``mediator.client``). The output is made for both: the first line says what
 happened in words a checkpoint can compare (``201 · RUNNING``, ``QUEUED``), the lines after it give
-details, ``--json`` prints the body as the server sent it, and the exit status follows the HTTP
-status: 0 for 200/201/202, 3 for 422 ("no node can serve this contract"), 2 for usage errors,
-1 for anything else — a server that cannot be reached prints one line, never a traceback.
+details, ``--json`` prints the body as the server sent it, and the exit status says what happened
+(``EXIT_STATUS`` below, printed by ``runctl --help``): 0 for 200/201/202, 3 for 422 ("no node can
+serve this contract"), 2 for usage errors, 1 for anything else — with distinct statuses for an
+unknown run, a wait that timed out and a server that cannot be reached (issue 15 §4), each a
+single line on stderr, never a traceback. A closed pipe (``runctl list | head``) ends the command
+quietly with 141, as a Unix tool killed by SIGPIPE does (issue 12 §7).
 
 ``submit --wait`` and ``watch`` poll ``GET /v1/runs/{id}`` every ``--interval`` seconds until the
-run is terminal or ``--timeout`` passes; they then exit 0 if the run PASSED and 1 otherwise, so
+run is terminal or ``--timeout`` passes; they then exit 0 if the run PASSED and 1 if it FAILED, so
 ``runctl submit --wait a.json && next`` does what a shell user expects.
+
+``list`` reads like ``squeue``: a short id, the state, the queue position and reason of a queued
+run, its age, its nodes and what it does now — including "waiting for an answer" for a run held up
+by an ask. Positions and reasons come with the list itself (``GET /v1/runs``), so a listing costs
+two requests however many runs wait.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 import tomllib
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from mediator.argtypes import positive_float, positive_int
-from mediator.client import DEFAULT_URL, ApiError, Client, Reply
+from mediator.client import DEFAULT_URL, ApiError, Client, Reply, Unreachable
 
 EXIT_OK = 0
-EXIT_ERROR = 1
+EXIT_ERROR = 1  # also: the run watched ended FAILED
 EXIT_USAGE = 2
 EXIT_REJECTED = 3
+EXIT_UNKNOWN_RUN = 4
+EXIT_TIMEOUT = 5
+EXIT_UNREACHABLE = 6
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `yes | head` leaves in $PIPESTATUS
+EXIT_STATUS = f"""\
+exit status:
+  {EXIT_OK}    success (200/201/202); watch and submit --wait: the run PASSED
+  {EXIT_ERROR}    watch and submit --wait: the run FAILED; any other error the server answered
+  {EXIT_USAGE}    usage error (a bad option, an unreadable contract file)
+  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED)
+  {EXIT_UNKNOWN_RUN}    no such run (status, watch, cancel)
+  {EXIT_TIMEOUT}    watch and submit --wait: --timeout passed before the run ended
+  {EXIT_UNREACHABLE}    the server cannot be reached
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a watched run is not cancelled
+  {EXIT_BROKEN_PIPE}  the output was closed (e.g. piped into head)"""
+STATES = ("QUEUED", "RUNNING", "PASSED", "FAILED")
+OUTPUTS = ("table", "wide", "json")
 TERMINAL = frozenset({"PASSED", "FAILED"})
 DEFAULT_INTERVAL = 1.0
 DEFAULT_TIMEOUT = 3600.0
@@ -47,59 +74,104 @@ class WaitTimeout(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser; ``--url``, ``--token`` and ``--json`` work before or after the command."""
+    """The parser; ``--url``, ``--token`` and ``--json`` work before or after the command.
+
+    No parser accepts abbreviations (issue 15 §2): ``--j`` is not ``--json`` today and cannot
+    become ambiguous tomorrow. Every option says what it does and its default.
+    """
     # SUPPRESS as the default lets the same options sit on the main parser and on every
     # subparser without the subparser's default overwriting a value given before the command.
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument(
         "--url",
         default=argparse.SUPPRESS,
         help=f"Mediator base URL (default: $MEDIATOR_URL or {DEFAULT_URL})",
     )
     common.add_argument(
-        "--token", default=argparse.SUPPRESS, help="bearer token (default: $MEDIATOR_TOKEN)"
+        "--token",
+        default=argparse.SUPPRESS,
+        help="bearer token (default: $MEDIATOR_TOKEN, or none: a --dev server)",
     )
     common.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="print the response body as JSON instead of text",
+        help="print the response body as JSON instead of text (default: text)",
     )
     parser = argparse.ArgumentParser(
         prog="runctl",
         parents=[common],
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Submit and follow runs on a Mediator over its HTTP API.",
-        epilog="Exit status: 0 for 200/201/202, 3 for 422, 2 for usage errors, 1 otherwise.",
+        epilog=EXIT_STATUS,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("submit", parents=[common], help="submit a contract (JSON or TOML file)")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            parents=[common],
+            help=help,
+            description=help[0].upper() + help[1:] + ".",
+            allow_abbrev=False,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=EXIT_STATUS,
+        )
+
+    p = command("submit", "submit a contract (JSON or TOML file)")
     p.add_argument("file", metavar="FILE", help="contract file (.json or .toml; - for stdin JSON)")
-    p.add_argument("--dry-run", action="store_true", help="match only; create nothing")
-    p.add_argument("--wait", action="store_true", help="poll until the run is PASSED or FAILED")
+    p.add_argument(
+        "--dry-run", action="store_true", help="match only; create nothing (default: off)"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="poll until the run is PASSED or FAILED (default: off: print and return)",
+    )
     _add_polling(p)
 
-    p = sub.add_parser("status", parents=[common], help="show one run")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p = command("status", "show one run")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run's id")
 
-    p = sub.add_parser("list", parents=[common], help="list runs, newest first")
-    p.add_argument("--state", help="QUEUED, RUNNING, PASSED or FAILED")
-    p.add_argument("--work", dest="work_id", metavar="W", help="only runs of this work_id")
-    p.add_argument("--limit", type=positive_int, help="at most this many runs (server: 100)")
+    p = command("list", "list runs, newest first, with queue position and reason")
+    p.add_argument(
+        "--state",
+        type=str.upper,
+        choices=STATES,
+        metavar="STATE",
+        help="only runs in this state: queued, running, passed or failed, any case (default: all)",
+    )
+    p.add_argument(
+        "--work", dest="work_id", metavar="W", help="only runs of this work_id (default: all)"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        help="at most this many runs, 1 to 1000 (default: the server's, 100)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="table",
+        help="table: the short columns; wide: every column, full ids and reasons; "
+        "json: the body as --json (default: table)",
+    )
 
-    p = sub.add_parser("cancel", parents=[common], help="cancel a run")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p = command("cancel", "cancel a run")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run's id")
 
-    sub.add_parser("nodes", parents=[common], help="list live nodes")
-    sub.add_parser("asks", parents=[common], help="list open asks")
+    command("nodes", "list live nodes")
+    command("asks", "list open asks")
 
-    p = sub.add_parser("answer", parents=[common], help="answer an ask")
-    p.add_argument("ask_id", metavar="ASK_ID")
-    p.add_argument("text", metavar="TEXT")
-    p.add_argument("--no", action="store_true", help="answer no: the ask step FAILS")
+    p = command("answer", "answer an ask")
+    p.add_argument("ask_id", metavar="ASK_ID", help="the ask's id (runctl asks)")
+    p.add_argument("text", metavar="TEXT", help="the answer, kept in the run's record")
+    p.add_argument("--no", action="store_true", help="answer no: the ask step FAILS (default: yes)")
 
-    p = sub.add_parser("watch", parents=[common], help="follow a run until it ends")
-    p.add_argument("run_id", metavar="RUN_ID")
+    p = command("watch", "follow a run until it ends")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run's id")
     _add_polling(p)
     return parser
 
@@ -109,13 +181,13 @@ def _add_polling(p: argparse.ArgumentParser) -> None:
         "--interval",
         type=positive_float,
         default=DEFAULT_INTERVAL,
-        help=f"seconds between polls (default {DEFAULT_INTERVAL:g})",
+        help=f"seconds between polls (default: {DEFAULT_INTERVAL:g})",
     )
     p.add_argument(
         "--timeout",
         type=positive_float,
         default=DEFAULT_TIMEOUT,
-        help=f"give up after this many seconds (default {DEFAULT_TIMEOUT:g})",
+        help=f"give up after this many seconds, exit {EXIT_TIMEOUT} (default: {DEFAULT_TIMEOUT:g})",
     )
 
 
@@ -144,6 +216,27 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
+        code = _main(argv, client, out, err, sleep, clock)
+        out.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # issue 12 §7: `runctl list | head` — the reader has gone; stop quietly, like any Unix
+        # tool. Point stdout at /dev/null so the interpreter's final flush cannot complain.
+        if out is sys.stdout:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(
+    argv: list[str] | None,
+    client: Client | None,
+    out: TextIO,
+    err: TextIO,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> int:
+    try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse has printed the usage; main() returns, never exits
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
@@ -158,12 +251,15 @@ def main(
         return EXIT_USAGE
     except WaitTimeout as exc:
         print(f"runctl: {exc}", file=err)
-        return EXIT_ERROR
+        return EXIT_TIMEOUT
+    except Unreachable as exc:
+        print(f"runctl: {exc}", file=err)
+        return EXIT_UNREACHABLE
     except ApiError as exc:
         if as_json and exc.body is not None:
             cli.dump(exc.body)
         print(f"runctl: {exc}", file=err)
-        return EXIT_ERROR
+        return EXIT_UNKNOWN_RUN if exc.code == "unknown_run" else EXIT_ERROR
     except KeyboardInterrupt:  # Ctrl-C during watch/--wait: the run goes on; say so, no traceback
         print("runctl: interrupted (the run is not cancelled)", file=err)
         return EXIT_INTERRUPTED
@@ -216,8 +312,28 @@ class Command:
             self.say(*submit_lines(reply))
         return EXIT_REJECTED if reply.status == 422 else EXIT_OK
 
+    def full_id(self, given: str) -> str | None:
+        """The one run among the latest 1000 whose id ends with ``given`` (the short ids of
+        ``list``, with or without their ``…``), or ``None``."""
+        tail = given.removeprefix("…")
+        if len(tail) < 4:
+            return None
+        runs = self.client.list_runs(limit=1000).get("runs") or []
+        found = {str(r.get("run_id")) for r in runs if str(r.get("run_id", "")).endswith(tail)}
+        return found.pop() if len(found) == 1 else None
+
+    def get_run(self, given: str) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``, also for an id as ``list`` shortens it."""
+        try:
+            return self.client.get_run(given)
+        except ApiError as exc:
+            full = self.full_id(given) if exc.code == "unknown_run" else None
+            if full is None:
+                raise
+            return self.client.get_run(full)
+
     def cmd_status(self, args: argparse.Namespace) -> int:
-        run = self.client.get_run(args.run_id)
+        run = self.get_run(args.run_id)
         if self.as_json:
             self.dump(run)
         else:
@@ -226,28 +342,24 @@ class Command:
 
     def cmd_list(self, args: argparse.Namespace) -> int:
         body = self.client.list_runs(state=args.state, work_id=args.work_id, limit=args.limit)
-        if self.as_json:
+        if self.as_json or args.output == "json":
             self.dump(body)
             return EXIT_OK
-        rows = [
-            [
-                r.get("run_id", ""),
-                r.get("state", ""),
-                r.get("verdict") or "",
-                r.get("work_id") or "",
-                r.get("created_at") or "",
-                ", ".join(
-                    f"{c.get('node')}:{c.get('step')}#{c.get('attempt')}"
-                    for c in r.get("current") or []
-                ),
-            ]
-            for r in body.get("runs", [])
-        ]
-        self.say(*table(["RUN", "STATE", "VERDICT", "WORK", "CREATED", "CURRENT"], rows))
+        runs = body.get("runs") or []
+        # An ask holds a RUNNING run (and its nodes) until a person answers: one more request,
+        # and only when some listed run could be waiting for one (issue 15 §4).
+        asks = self.client.asks() if any(r.get("state") == "RUNNING" for r in runs) else []
+        self.say(*list_lines(body, asks, wide=args.output == "wide"))
         return EXIT_OK
 
     def cmd_cancel(self, args: argparse.Namespace) -> int:
-        run = self.client.cancel(args.run_id)
+        try:
+            run = self.client.cancel(args.run_id)
+        except ApiError as exc:
+            full = self.full_id(args.run_id) if exc.code == "unknown_run" else None
+            if full is None:
+                raise
+            run = self.client.cancel(full)
         if self.as_json:
             self.dump(run)
         else:
@@ -298,7 +410,8 @@ class Command:
         return EXIT_OK
 
     def cmd_watch(self, args: argparse.Namespace) -> int:
-        return self._follow(args.run_id, args, quiet=False, seen=None)
+        first = self.get_run(args.run_id)
+        return self._follow(first["run_id"], args, quiet=False, seen=None)
 
     # ---- polling -------------------------------------------------------------------------------
 
@@ -457,6 +570,106 @@ def reject_text(reject: dict[str, Any]) -> str:
 def assigned_text(assigned: dict[str, str] | None) -> str:
     """``dut=node-a, host=node-b`` in role order."""
     return ", ".join(f"{role}={node}" for role, node in sorted((assigned or {}).items())) or "-"
+
+
+def short_ids(ids: Sequence[str], least: int = 8) -> dict[str, str]:
+    """Each id cut to its shortest tail (``least`` characters or more) that no other id on the
+    list ends with, ``…`` marking the cut; ids no longer than that stay whole.
+
+    Generated ids start with their submit time (``20261201T010203123456-9f3a6b21``), so the
+    random tail is what tells them apart — ``git``'s shortest unique prefix would keep the
+    timestamp and little else. ``status``, ``watch`` and ``cancel`` take the tail as well.
+    """
+    shown = {}
+    for run_id in ids:
+        n = least
+        while n < len(run_id) and any(o != run_id and o.endswith(run_id[-n:]) for o in ids):
+            n += 1
+        shown[run_id] = run_id if n + 1 >= len(run_id) else "…" + run_id[-n:]
+    return shown
+
+
+def age_text(seconds: float) -> str:
+    """squeue's TIME format: ``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{s:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{s:02d}"
+    return f"{minutes}:{s:02d}"
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    try:
+        return (
+            datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))
+        ).total_seconds()
+    except ValueError:
+        return None
+
+
+def current_text(run: dict[str, Any], asks: Sequence[dict[str, Any]], *, wide: bool) -> str:
+    """What a run does now: ``node:step`` per claimed step (``#2`` from the second attempt on),
+    and ``waiting for an answer`` while an ask of the run is open."""
+    parts = [
+        f"{c.get('node')}:{c.get('step')}" + (f"#{c['attempt']}" if c.get("attempt", 1) > 1 else "")
+        for c in run.get("current") or []
+    ]
+    for a in asks:
+        if a.get("run_id") == run.get("run_id"):
+            question = str(a.get("question", ""))
+            if not wide and len(question) > 30:
+                question = question[:29] + "…"
+            parts.append(f"waiting for an answer (ask {a.get('ask_id')}: {question})")
+    return ", ".join(parts) or "-"
+
+
+def reason_text(run: dict[str, Any], *, wide: bool) -> str:
+    """squeue's REASON: why a queued run waits; why a refused run was refused; else the verdict."""
+    why = run.get("wait_reason") or run.get("reject")
+    if why:
+        if not wide:
+            return str(why.get("code", ""))
+        extra = [f"{k}: {', '.join(why[k])}" for k in ("busy", "draining") if why.get(k)]
+        return SEP.join([reject_text(why), *extra])
+    return str(run.get("verdict") or "-")
+
+
+def list_lines(body: dict[str, Any], asks: Sequence[dict[str, Any]], *, wide: bool) -> list[str]:
+    """What ``list`` prints (``-o wide``: full ids, the verdict, the work id, the creation time,
+    which node fills each role and the whole wait reason)."""
+    runs = body.get("runs") or []
+    observed = body.get("observed_at")
+    ids = short_ids([str(r.get("run_id", "")) for r in runs])
+    rows = []
+    for r in runs:
+        run_id = str(r.get("run_id", ""))
+        pos = r.get("queue_position")
+        age = _seconds_between(r.get("created_at"), observed)
+        assigned = r.get("assigned") or {}
+        row = [
+            run_id if wide else ids[run_id],
+            str(r.get("state", "")),
+            str(pos) if pos is not None else "-",
+            reason_text(r, wide=wide),
+            age_text(age) if age is not None else "-",
+        ]
+        if wide:
+            nodes = ",".join(f"{role}={node}" for role, node in sorted(assigned.items()))
+            row[2:2] = [str(r.get("verdict") or "-")]
+            row += [nodes or "-", r.get("work_id") or "-", str(r.get("created_at") or "-")]
+        else:
+            row.append(",".join(sorted(set(assigned.values()))) or "-")
+        row.append(current_text(r, asks, wide=wide))
+        rows.append(row)
+    headers = ["ID", "STATE", "POS", "REASON", "AGE", "NODES", "CURRENT"]
+    if wide:
+        headers = ["ID", "STATE", "VERDICT", "POS", "REASON", "AGE", "NODES", "WORK",
+                   "CREATED", "CURRENT"]  # fmt: skip
+    return table(headers, rows)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

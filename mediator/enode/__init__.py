@@ -1,7 +1,7 @@
-"""``enode``: the node daemon that serves a Mediator over HTTP (api.md §3).
+"""``enode``: the node daemon that serves a Mediator over HTTP (docs/design.md §19).
 
 It advertises a node's capabilities, polls its work, claims steps, runs them through actions and
-reports the results. It never imports the store or the API (api.md §5); an action plugin needs
+reports the results. It never imports the store or the API (architecture.md); an action plugin needs
 only :class:`Context`, :class:`Outcome` and :class:`Retry` from here.
 """
 

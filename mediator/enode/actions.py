@@ -1,8 +1,8 @@
-"""What a node does for an exec step: the ``uses`` of a step names an action here (api.md §3).
+"""What a node does for an exec step: the ``uses`` of a step names an action here (design.md §19).
 
 An action is a callable ``action(with_, ctx) -> Outcome``: ``with_`` is the step's ``with`` object
 from the contract, ``ctx`` says which step this is and lets a long action keep the node's adverts
-going (the lease that holds the node for the run is renewed only by adverts, mediator.md §7.5, so a
+going (the lease that holds the node for the run is renewed only by adverts, design.md §10, so a
 step that outlives ``lease_ttl`` without them would lose its run). It returns an :class:`Outcome`
 — ``pass`` or ``fail`` with the step's output as the log — or raises :class:`Retry` to put the step
 back to PENDING for another attempt. Any other exception is a ``fail`` whose log is the traceback:
@@ -47,7 +47,7 @@ POLL_SLICE: Final = 0.5
 
 
 class Retry(Exception):
-    """Raise from an action to report ``retry``: the step returns to PENDING (mediator.md §7.4).
+    """Raise from an action to report ``retry``: the step returns to PENDING (docs/design.md §9).
 
     The message becomes the log. After ``max_attempts`` attempts the server fails the step instead.
     """

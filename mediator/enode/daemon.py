@@ -1,15 +1,16 @@
-"""The node daemon's loop: advertise, poll for work, claim, run the action, report (api.md §3).
+"""The node daemon's loop: advertise, poll for work, claim, run the action, report (design.md §19).
 
-The daemon talks to the Mediator over HTTP only (``mediator.client``; api.md §5 forbids importing
-the store or the API). It is written as one :meth:`Daemon.tick` — advertise if due, poll, claim one
-step, run it, report — that tests call directly with a fake clock, a fake sleep and any client; the
-program's main loop (:meth:`Daemon.run`) only calls ``tick`` and idles between polls.
+The daemon talks to the Mediator over HTTP only (``mediator.client``; architecture.md forbids
+importing the store or the API). It is written as one :meth:`Daemon.tick` — advertise if due,
+poll, claim one step, run it, report — that tests call directly with a fake clock, a fake sleep
+and any client; the program's main loop (:meth:`Daemon.run`) only calls ``tick`` and idles
+between polls.
 
 Rules it follows, and why:
 
-* A fresh ``instance`` per start (uuid4): the Mediator's restart detection (mediator.md §7.5) tells
+* A fresh ``instance`` per start (uuid4): the Mediator's restart detection (design.md §10) tells
   a restarted node from a live one by it, and refuses claims and results of an old instance.
-* Adverts every ``advert_ttl/3`` seconds, the TTL taken from each advert's answer (mediator.md §8:
+* Adverts every ``advert_ttl/3`` seconds, the TTL taken from each advert's answer (design.md §16:
   the server paces its nodes), and during a long step too — adverts renew the run's lease.
 * A result the server did not receive (no answer, or 5xx) is kept and sent again before any new
   claim; the server decides whether it still counts (409 ``stale_attempt``/``run_ended`` drop it).
@@ -372,7 +373,7 @@ class Daemon:
                 self._ended.add(run_id)
             elif exc.code == "stale_instance":
                 # The server has not seen this instance on the lease yet; an advert rebinds it
-                # (mediator.md §7.5) or fails the run, either way the next poll is right.
+                # (docs/design.md §10) or fails the run, either way the next poll is right.
                 self._next_advert = -float("inf")
             if exc.code in _STOP_POLL_CODES:
                 raise _NotNow from None

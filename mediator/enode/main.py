@@ -1,4 +1,4 @@
-"""``enode`` command line: start one node daemon against a Mediator (api.md §3).
+"""``enode`` command line: start one node daemon against a Mediator (docs/design.md §19).
 
 ::
 

@@ -5,7 +5,7 @@ dataclasses of ``mediator.rows`` and driver errors into ``mediator.errors`` (pro
 connector pattern), so flows, the API and the simulator never see a driver type.
 
 Every named query reads time as ``mediator_now(%(now)s)`` and every statement carries the clock's
-instant as its ``now`` parameter (mediator.md §4; NULL without a clock: the server's ``now()``):
+instant as its ``now`` parameter (docs/design.md §13; NULL without a clock: the server's ``now()``):
 that is how the simulator's virtual time reaches SQL without a ``set_config`` round trip of its
 own (issue 13). Only ``read_only`` analytics still set ``mediator.now`` for hand-written SQL.
 """
@@ -137,6 +137,11 @@ class Tx:
 
     def queue_position(self, run_id: str) -> int:
         return int(self._one("queue_position", {"run_id": run_id})["position"])
+
+    def queued_details(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """``{run_id, position, needs}`` for the QUEUED runs among ``run_ids``, in one statement
+        (issue 15 §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
+        return self._rows("queued_details", {"run_ids": list(run_ids)})
 
     def live_contract(self, run_id: str) -> dict[str, Any] | None:
         r = self._one("live_contract", {"run_id": run_id})
@@ -490,7 +495,7 @@ class Store:
             open=True,
             # How long a request waits for a connection before it is answered 503: long
             # enough to ride out a burst, short enough that a database outage is reported
-            # promptly (quality.md §4). During a known outage requests wait 1 s at most.
+            # promptly (docs/performance.md). During a known outage requests wait 1 s at most.
             timeout=5,
             reconnect_timeout=3600,
             name="mediator",
@@ -601,7 +606,7 @@ class Store:
         return self.clock() if self.clock is not None else None
 
     def _set_clock(self, conn: psycopg.Connection[Any]) -> None:
-        """Give the connection the clock's instant before it is used (mediator.md §4).
+        """Give the connection the clock's instant before it is used (docs/design.md §13).
 
         The setting is session-level and re-sent only when the instant changed since this
         connection last saw it: a simulated event runs several transactions at one virtual
@@ -713,7 +718,7 @@ class Store:
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """Run one query in a READ ONLY transaction: analytics (the simulator, notebooks) read
-        the database this way and can never write it (api.md §5)."""
+        the database this way and can never write it (docs/architecture.md)."""
         try:
             with self.pool.connection() as conn:
                 self._set_clock(conn)

@@ -1,9 +1,9 @@
 -- Named queries, loaded once into a dict by mediator/store/queries.py (procrastinate's pattern).
 -- A block starts with a line `-- name --`; the comment lines that follow say why.
--- Every statement reads time through mediator_now(%(now)s) (mediator.md §4): the store passes the
+-- Every statement reads time through mediator_now(%(now)s) (docs/design.md §13): the store passes the
 -- clock's instant with every statement (NULL without a clock: the server's now()), so virtual time
 -- costs no statement of its own (issue 13). In scans over many rows it is written
--- (SELECT mediator_now(%(now)s)) so it is evaluated once (quality.md §1).
+-- (SELECT mediator_now(%(now)s)) so it is evaluated once (docs/architecture.md).
 
 -- schema_version --
 SELECT version FROM schema_version
@@ -26,7 +26,7 @@ ORDER BY n.node_id
 -- A superset of the matcher's candidates (a need `true` only asks for the key here; the matcher
 -- re-checks truthiness), so the answer is the matcher's own, but a submit no longer reads and
 -- decodes every node of a large fleet. JSON types are kept: jsonb equality keeps booleans apart
--- from numbers and compares numbers numerically, as the matcher does (mediator.md §5).
+-- from numbers and compares numbers numerically, as the matcher does (docs/design.md §4).
 SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
@@ -73,7 +73,7 @@ ORDER BY node_id
 -- With the node's lease renewal in the same statement (issue 13: a heartbeat is one statement,
 -- and R14: a steady one never sweeps): the leases of this instance get lease_ttl more, only if
 -- the upsert wrote (the node is ours) and lease_ttl is given. A data-modifying CTE runs whether
--- or not it is read; the node row is locked before any lease row, the locking order of §7.
+-- or not it is read; the node row is locked before any lease row, the locking order of docs/design.md §9.
 WITH up AS (
     INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
                             expires_at, prev_drain, prev_instance, prev_live)
@@ -202,7 +202,7 @@ ORDER BY x.seq
 -- create_run --
 -- A submit's whole write in one statement (issue 13; R5: steps exist from submit; R12's order;
 -- I1): the needs class, the run, its steps (for a 201 already carrying node_id and runAcquires'
--- `chosen`), its leases in node_id order (mediator.md §7), its events in order. A duplicate
+-- `chosen`), its leases in node_id order (docs/design.md §9), its events in order. A duplicate
 -- run_id is no row and nothing else is written (R3); a lease conflict fails the whole statement
 -- (NodeTaken: R2). Returns one row per step, the run's columns on each.
 WITH cls AS (
@@ -255,7 +255,7 @@ ORDER BY s.seq
 
 -- insert_leases --
 -- All of a run's leases in one statement, ordered by node_id so two transactions taking
--- overlapping node sets lock them in the same order (mediator.md §7). A conflict on the primary
+-- overlapping node sets lock them in the same order (docs/design.md §9). A conflict on the primary
 -- key is I1 at work: the caller maps it to NodeTaken (R2, R9).
 INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
 SELECT x.node_id, %(run_id)s, x.instance, mediator_now(%(now)s),
@@ -278,7 +278,7 @@ SET node_id = %(assigned)s::jsonb ->> s.role,
 WHERE s.run_id = %(run_id)s AND s.kind = 'exec'
 
 -- raise_asks --
--- raiseAsks (mediator.md §7.6): one ask per ask step whose `after` steps all PASSED, step →
+-- raiseAsks (docs/design.md §11): one ask per ask step whose `after` steps all PASSED, step →
 -- ASKED, one event each. Callers run it only for RUNNING runs (R4).
 WITH due AS (
     SELECT s.run_id, s.seq, s.ask
@@ -319,7 +319,7 @@ SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
 FROM runs WHERE run_id = %(run_id)s
 
 -- lock_run --
--- The locking rule (mediator.md §7): a transaction that changes a run locks its row first.
+-- The locking rule (docs/design.md §9): a transaction that changes a run locks its row first.
 SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
        ended_at, sealed
 FROM runs WHERE run_id = %(run_id)s FOR UPDATE
@@ -335,12 +335,12 @@ UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 
 
 -- unsealed_runs --
 -- Terminal runs whose record was not sealed (a crash between commit and seal): startup and every
--- reaper pass seal them (mediator.md §7.7).
+-- reaper pass seal them (docs/design.md §12).
 SELECT run_id FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT sealed
 ORDER BY run_id LIMIT %(limit)s
 
 -- work --
--- Claimable steps of a node (mediator.md §7.4): PENDING, on this node, of a RUNNING run, every
+-- Claimable steps of a node (docs/design.md §9): PENDING, on this node, of a RUNNING run, every
 -- `after` step PASSED. Oldest run first.
 SELECT s.run_id, s.seq, s.name, s.kind, s.role, s.uses, s."with" AS with_, s.after, s.ask,
        s.state, s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
@@ -390,9 +390,9 @@ FROM nodes WHERE node_id = %(node_id)s
 
 -- claim_step --
 -- A claim in one statement (issue 13): PENDING → CLAIMED, and its event, only if every condition
--- of mediator.md §7.4 holds — the run RUNNING, the step this node's exec step, the daemon
+-- of docs/design.md §9 holds — the run RUNNING, the step this node's exec step, the daemon
 -- instance current (when the caller names one), the node not draining at the step boundary,
--- every `after` step PASSED. The run row is share-locked first (the locking order of §7: a
+-- every `after` step PASSED. The run row is share-locked first (the locking order of docs/design.md §9: a
 -- result, cancel or settle holds it FOR UPDATE, so they serialise with the claim); the step row
 -- is locked by the UPDATE itself. No row back: claim_refusal says why, read only then.
 WITH run AS (
@@ -425,7 +425,7 @@ SELECT * FROM claimed
 
 -- claim_refusal --
 -- Why a claim matched nothing (read only then): the run, the step, the node and whether every
--- `after` step PASSED, for the error code (mediator.md §7.4). No row: no such run.
+-- `after` step PASSED, for the error code (docs/design.md §9). No row: no such run.
 SELECT r.state AS run_state, s.seq AS step_seq, s.node_id AS step_node, s.state AS step_state,
        s.kind AS step_kind, coalesce(n.instance, '') AS node_instance,
        coalesce(n.drain, '') AS node_drain,
@@ -507,7 +507,7 @@ WHERE ask_id = %(ask_id)s AND NOT closed
 
 -- events_since --
 -- /v1/events replay: only rows whose inserting transaction is older than this snapshot's xmin,
--- so a row with a smaller id that commits later is never skipped (api.md §1 route 14). The xid
+-- so a row with a smaller id that commits later is never skipped (design.md §19 route 14). The xid
 -- comparison is within one 2^32 epoch, which is what row xmin carries.
 SELECT id, at, run_id, node_id, kind, data
 FROM events
@@ -520,7 +520,7 @@ LIMIT %(limit)s
 SELECT coalesce(max(id), 0) AS id FROM events
 
 -- node_principal --
--- Only for the authorization check; never part of a listing (mediator.md §9).
+-- Only for the authorization check; never part of a listing (docs/design.md §14).
 SELECT principal FROM nodes WHERE node_id = %(node_id)s
 
 -- run_counts --
@@ -542,7 +542,7 @@ FROM runs WHERE started_at IS NOT NULL
 SELECT 1 AS ok
 
 -- seal_source --
--- Everything a record's seal is generated from, in one read (mediator.md §7.7).
+-- Everything a record's seal is generated from, in one read (docs/design.md §12).
 SELECT r.state, r.verdict, r.ended_at, r.contract,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', e.id, 'at', e.at, 'run_id', e.run_id, 'node_id', e.node_id,
@@ -577,3 +577,18 @@ WHERE not_after > mediator_now(%(now)s) - make_interval(secs => %(secs)s)
 -- active_runs --
 -- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).
 SELECT run_id FROM runs WHERE state IN ('QUEUED', 'RUNNING') ORDER BY run_id
+
+-- queued_details --
+-- GET /v1/runs (issue 15 §4): the queue position and the needs of every QUEUED run on a page, in
+-- one statement for the whole page instead of queue_position + live_contract per row. Positions
+-- come from one ordered pass over runs_queue (1 + the QUEUED runs with a smaller
+-- (created_at, run_id)); the needs from the run's class, as the sweep reads them (P2).
+WITH q AS (
+    SELECT run_id, needs_key, row_number() OVER (ORDER BY created_at, run_id) AS position
+    FROM runs
+    WHERE state = 'QUEUED'
+)
+SELECT q.run_id, q.position, c.needs
+FROM q
+JOIN needs_classes c ON c.needs_key = q.needs_key
+WHERE q.run_id = ANY(%(run_ids)s)

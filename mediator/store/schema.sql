@@ -1,7 +1,7 @@
--- The Mediator's schema: the single source of truth (mediator.md §4).
+-- The Mediator's schema: the single source of truth (docs/design.md §18).
 -- No migrations before a first release; bump schema_version when this file changes.
 -- Time: every statement uses mediator_now(at) (below), and no column default reads a clock, so
--- the simulator's virtual time reaches every timestamp (mediator.md §4, the time-leak test).
+-- the simulator's virtual time reaches every timestamp (docs/design.md §13, the time-leak test).
 
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
@@ -21,7 +21,7 @@ $$ SELECT coalesce(at, mediator_now()) $$;
 CREATE TABLE nodes (
     node_id       text PRIMARY KEY,
     label         text NOT NULL DEFAULT '',
-    -- '' for in-process callers and the development mode, never NULL (mediator.md §9).
+    -- '' for in-process callers and the development mode, never NULL (docs/design.md §14).
     principal     text NOT NULL DEFAULT '',
     capabilities  jsonb NOT NULL DEFAULT '{}',
     instance      text NOT NULL DEFAULT '',

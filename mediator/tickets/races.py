@@ -1,6 +1,6 @@
 """Multi-process races over one queue folder: the claim race and the dead-session reclaimer race.
 
-Used by the e2e tests (quality.md §4: six processes racing over thousands of tickets claim each
+Used by the e2e tests (performance.md: six processes racing over thousands of tickets claim each
 exactly once, with hard links and with the exclusive-create fallback; the reclaimer never creates
 an "assigned" ticket; issue 12 §8: eight workers among planted symlinks and garbage dispatch each
 valid ticket once and write nothing outside the queue) and by ``python -m
@@ -344,7 +344,7 @@ def measure(tickets: int, workers: int, hard_links: bool, repeat: int) -> list[f
 def main(argv: Sequence[str] | None = None) -> int:
     """Prints the claim throughput, one line per mode (docs/performance.md).
 
-    The baseline is one worker alone on the same folder in the same run (quality.md §3: a figure
+    The baseline is one worker alone on the same folder in the same run (performance.md: a figure
     that depends on the machine comes with its ratio to a baseline measured alongside it).
     """
     parser = argparse.ArgumentParser(description="Claim throughput of the ticket queue.")

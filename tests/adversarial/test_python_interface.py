@@ -1,6 +1,6 @@
-"""The same refusals through the Python interface (api.md §6) that the simulator and notebooks use:
-text that cannot be stored is a ContractError naming the field before anything is written, and a
-step's log is stored escaped (issue 11 §3; docs/security.md, "Text")."""
+"""The same refusals through the Python interface (design.md §19) that the simulator and notebooks
+use: text that cannot be stored is a ContractError naming the field before anything is written,
+and a step's log is stored escaped (issue 11 §3; docs/security.md, "Text")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The HTTP API in-process (the real FastAPI app on the real database, through Starlette's
-TestClient): the route table, error bodies, auth, and the HTTP-level tests of seed 000 §6.1.
+TestClient): the route table, error bodies, auth, and the HTTP-level tests of docs/design.md §7.
 The same checks with real processes are in tests/e2e."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def finish(client, run_id, node_id="X", headers=None):
 
 
 def test_the_route_table_is_the_18_routes_of_api_md(med):
-    """api.md §1: a route that disappears or changes fails here (seed 000 §6: 18 routes)."""
+    """design.md §19: a route that disappears or changes fails here (design.md §7: 18 routes)."""
     app = create_app(med)
     routes = {
         (m, r.path)
@@ -106,7 +106,7 @@ def test_openapi_document_lists_the_api(client):
     assert expected - {"/openapi.json"} == set(paths)
 
 
-# ---- seed 000 §6.1, internal/api ----
+# ---- docs/design.md §7, internal/api ----
 
 
 def test_409_situation_gives_202_queued_without_assigned_or_reject(client):
@@ -240,7 +240,7 @@ def test_record_routes_serve_the_sealed_record_and_refuse_traversal(client, med)
         assert client.get(f"/v1/runs/a/record/{evil}").status_code == 404
 
 
-# ---- auth (mediator.md §9) ----
+# ---- auth (docs/design.md §14) ----
 
 
 def test_no_token_is_401_and_unknown_token_is_401(authed):
@@ -303,3 +303,165 @@ def test_healthz(client):
         "unsealed": 0,
         "unopened": 0,
     }
+
+
+# ---- issue 15 §4: the list carries each queued run's position and wait reason -------------------
+
+
+def _count_statements(monkeypatch):
+    """Count the named statements the store runs (a spy on Tx._rows, which every query passes)."""
+    from mediator.store.db import Tx
+
+    seen: list[str] = []
+    real = Tx._rows
+
+    def counting(self, name, params=None, row=None):
+        seen.append(name)
+        return real(self, name, params, row)
+
+    monkeypatch.setattr(Tx, "_rows", counting)
+    return seen
+
+
+def test_the_list_gives_each_queued_run_its_position_and_reason_in_constant_statements(
+    client, med, monkeypatch
+):
+    # issue 15 §4: X holds "a"; b, c, d wait for it; e needs a board nobody has (queued as
+    # NO_CAPABLE would be 422, so it asks for X's board too) — the list itself says where each
+    # waits and why, exactly as GET /v1/runs/{id} does, for one query per page, not per row.
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    for run_id in "abcd":
+        client.post("/v1/runs", json=contract(run_id))
+    seen = _count_statements(monkeypatch)
+    body = client.get("/v1/runs").json()
+    listed = {r["run_id"]: r for r in body["runs"]}
+    assert "queue_position" not in listed["a"] and "wait_reason" not in listed["a"]
+    for pos, run_id in enumerate("bcd", start=1):
+        one = client.get(f"/v1/runs/{run_id}").json()
+        assert listed[run_id]["queue_position"] == one["queue_position"] == pos
+        assert listed[run_id]["wait_reason"] == one["wait_reason"]
+        assert one["wait_reason"]["code"] == "ALL_BUSY" and one["wait_reason"]["busy"] == ["X"]
+    assert body["counts"] == {"queued": 3, "running": 1}
+    list_statements = seen[: seen.index("get_run")]
+    # observed_at, the page, the counts, the queued rows' details, their candidates' fleet
+    assert list_statements == [
+        "observed_at", "list_runs", "run_counts", "queued_details", "fleet_for"
+    ]  # fmt: skip
+    one_run = seen[seen.index("get_run") :][:5]
+    assert one_run == ["get_run", "run_steps", "queue_position", "live_contract", "fleet_for"]
+    # before: the panel asked GET /v1/runs/{id} per queued row — 3 rows × 5 statements more.
+
+
+def test_a_page_without_queued_runs_reads_no_queue_details(client, monkeypatch):
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    client.post("/v1/runs", json=contract("a"))
+    seen = _count_statements(monkeypatch)
+    assert client.get("/v1/runs").json()["counts"] == {"queued": 0, "running": 1}
+    assert seen == ["observed_at", "list_runs", "run_counts"]
+
+
+# ---- issue 15 §1: the OpenAPI document says what the server does -------------------------------
+
+
+def test_the_document_declares_400_with_the_error_shape_never_the_framework_s_422(client):
+    doc = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in json.dumps(doc)
+    error = {"$ref": "#/components/schemas/Error"}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            where = f"{method.upper()} {path}"
+            codes = set(op["responses"])
+            params = [p for p in op.get("parameters", []) if p["name"] != "Authorization"]
+            if params or op.get("requestBody"):
+                assert "400" in codes, where
+            if method == "post":
+                assert "413" in codes, where
+            if path.startswith("/v1/"):
+                assert "401" in codes, where
+            for code, response in op["responses"].items():
+                if code.startswith(("4", "5")) and code != "422" and path != "/healthz":
+                    assert response["content"]["application/json"]["schema"] == error, where
+            assert ("422" in codes) == (where == "POST /v1/runs"), where
+    failed = doc["paths"]["/v1/runs"]["post"]["responses"]["422"]
+    assert "no node" in failed["description"]  # the FAILED run itself, not a validation error
+    assert failed["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Run"}
+    listed = doc["components"]["schemas"]["RunSummary"]["properties"]
+    assert listed["queue_position"] == {"type": "integer", "minimum": 1}
+
+
+def test_the_document_gives_parameters_their_enums_formats_and_bounds(client):
+    doc = client.get("/openapi.json").json()
+    params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/runs"]["get"]["parameters"]}
+    assert params["state"]["enum"] == ["", "QUEUED", "RUNNING", "PASSED", "FAILED"]
+    assert params["since"] == {**params["since"], "type": "string", "format": "date-time"}
+    assert (params["limit"]["minimum"], params["limit"]["maximum"]) == (1, 1000)
+    events = {p["name"]: p["schema"] for p in doc["paths"]["/v1/events"]["get"]["parameters"]}
+    assert events["Last-Event-ID"]["pattern"] == "^[0-9]{0,18}$"
+    body = doc["components"]["schemas"]
+    assert body["Policy"]["properties"]["drain"]["enum"] == ["", "graceful", "at-boundary"]
+    assert body["ResultBody"]["properties"]["outcome"]["enum"] == ["pass", "fail", "retry"]
+    contract_schema = doc["paths"]["/v1/runs"]["post"]["requestBody"]["content"]
+    assert contract_schema["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Contract"
+    }
+    assert body["Contract"]["required"] == ["roles", "steps"]
+
+
+def test_the_server_keeps_to_the_parameters_the_document_gives(client):
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    # an empty state is no filter, as a form leaves it
+    assert [r["run_id"] for r in client.get("/v1/runs?state=").json()["runs"]] == ["a"]
+    # since is an RFC 3339 instant: not a number of seconds, not a local time
+    for bad in ("0.5", "0", "2026-12-01", "2026-12-01T10:00:00", "yesterday"):
+        r = client.get("/v1/runs", params={"since": bad})
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "since"), bad
+    assert client.get("/v1/runs", params={"since": "2000-01-01T00:00:00Z"}).json()["runs"]
+    assert not client.get("/v1/runs", params={"since": "2999-01-01T00:00:00+02:00"}).json()["runs"]
+    r = client.get("/v1/runs?state=queued")  # the API's states are upper case (runctl folds)
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "state")
+    for path in ("/v1/runs/a/steps/-1/claim", "/v1/runs/a/steps/2147483648/claim"):
+        r = client.post(path, json={"node_id": "X"})
+        assert (r.status_code, r.json()["error"]["field"]) == (400, "seq")
+    r = client.get("/v1/nodes/.hidden/work")
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "node_id")
+
+
+def test_an_empty_last_event_id_is_no_id(client):
+    # issue 15 §1: EventSource sends the header empty before the first id; it means "absent"
+    node(client)
+    client.post("/v1/runs", json=contract("a"))
+    with client.stream("GET", "/v1/events?after=1&limit=1", headers={"Last-Event-ID": ""}) as s:
+        ids = [line for line in s.iter_lines() if line.startswith("id:")]
+    assert ids == ["id: 2"]
+    r = client.get("/v1/events", headers={"Last-Event-ID": "-3"})
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "Last-Event-ID")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("TRACE", "/v1/runs", "GET, HEAD, POST"),  # two routes on one path
+        ("PUT", "/v1/nodes", "GET, HEAD, POST"),
+        ("DELETE", "/v1/runs/a", "GET, HEAD"),
+        ("OPTIONS", "/v1/runs/a/cancel", "POST"),
+        ("GET", "/v1/asks/1/answer", "POST"),
+        ("POST", "/index.html", "GET, HEAD"),  # the panel's static files
+    ],
+)
+def test_every_405_says_which_methods_are_allowed(client, method, path, allow):
+    # RFC 9110 §15.5.6; before, the panel's mount at "/" answered for every API path, bare
+    r = client.request(method, path)
+    assert r.status_code == 405
+    assert r.headers["allow"] == allow
+    assert r.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_record_file_name_the_file_system_refuses_is_404_or_400_never_500(client):
+    # issue 15 §1 (found by schemathesis): a 300-character name made the record route answer 500
+    client.post("/v1/nodes", json={"node_id": "X", "capabilities": {"board": "x"}, "instance": "i"})
+    client.post("/v1/runs", json=contract("a"))
+    r = client.get("/v1/runs/a/record/" + "x" * 300)
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "no_such_file")
+    r = client.get("/v1/runs/a/record/" + "x" * 1025)
+    assert (r.status_code, r.json()["error"]["field"]) == (400, "file")

@@ -1,4 +1,4 @@
-"""enode's loop, one ``tick()`` at a time, against the real API (api.md §3).
+"""enode's loop, one ``tick()`` at a time, against the real API (docs/design.md §19).
 
 The server is the real FastAPI app on a per-test database, served by uvicorn in a thread on a
 loopback socket the test binds itself (so it accepts connections before the thread is even

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every route from the OpenAPI document (quality.md §4, issue 4).
+"""Property-based fuzzing of every route from the OpenAPI document (docs/performance.md, issue 4).
 
 Schemathesis turns each operation of ``/openapi.json`` into a Hypothesis strategy of requests —
 valid ones (positive) and deliberately invalid ones (negative) — and every response must be a

@@ -1,4 +1,4 @@
-"""The run lifecycle on the real database (mediator.md §7.3–7.7; seed 000 R13–R16, §5; I2, I4, I6).
+"""The run lifecycle on the real database (docs/design.md §8–7.7; seed 000 R13–R16, §5; I2, I4, I6).
 
 Wake points are observed by counting calls of ``wake_queued`` on the Mediator under test.
 """
@@ -355,7 +355,7 @@ def test_at_boundary_drain_refuses_claims(med):
 
 @pytest.mark.parametrize("wake_on_return", [True, False])
 def test_vanished_node_window_seed_000_section_5(dsn, clock, tmp_path, wake_on_return):
-    """seed 000 §5: b queues behind a on X; X vanishes, a is reaped (lost) — the reap's wake
+    """docs/design.md §8: b queues behind a on X; X vanishes, a is reaped (lost) — the reap's wake
     finds no candidate; X returns. With wake 7 (ours, default) b goes at once; with it off
     (the seed's behaviour) b waits beside the free X until some unrelated event."""
     cfg = Config(wake_on_return=wake_on_return)
@@ -476,7 +476,7 @@ def test_i2_i4_hold_through_a_lifecycle(med):
 
 
 def test_time_leak_every_timestamp_comes_from_the_virtual_clock(med, clock):
-    """mediator.md §4: with the clock set years from the wall clock, every timestamp and expiry
+    """docs/design.md §13: with the clock set years from the wall clock, every timestamp and expiry
     is virtual — a statement reading now() would land in the wrong year."""
     assert EPOCH.year == 2031
     advert(med, "X")

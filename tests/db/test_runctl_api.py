@@ -1,4 +1,4 @@
-"""runctl against the real API (api.md §2): every command's output, exit status and ``--json``.
+"""runctl against the real API (design.md §19): every command's output, exit status and ``--json``.
 
 The server is the real FastAPI app on a per-test database, served by uvicorn in a thread on a
 loopback socket bound by the test. Nodes are enode daemons driven one ``tick()`` at a time in this
@@ -92,7 +92,7 @@ def write(tmp_path: Any, name: str, run_id: str, **needs: Any) -> str:
 
 
 def test_the_checkpoint_in_process(cli, nodes, tmp_path):
-    """api.md §2's checkpoint, with the node ticked by hand where the real one would poll."""
+    """design.md §19's checkpoint, with the node ticked by hand where the real one would poll."""
     node = nodes("a", board="x")
     assert cli("submit", write(tmp_path, "a", "run-a")) == 0
     assert cli.lines == ["201 · RUNNING", "run-a"]
@@ -126,7 +126,7 @@ def test_json_prints_the_body_and_keeps_the_exit_status(cli, nodes, tmp_path, me
     assert (cli.body["run_id"], cli.body["state"]) == ("run-a", "RUNNING")
     assert cli("submit", write(tmp_path, "c", "run-c", board="nope"), "--json") == 3
     assert (cli.body["state"], cli.body["reject"]["code"]) == ("FAILED", "NO_CANDIDATE")
-    assert cli("status", "nope", "--json") == 1
+    assert cli("status", "nope", "--json") == runctl.EXIT_UNKNOWN_RUN
     assert cli.body == {"error": {"code": "unknown_run", "message": "No run with run_id 'nope'.",
                                   "field": None}}  # fmt: skip
 
@@ -140,7 +140,7 @@ def test_a_resubmit_answers_200_with_the_stored_run(cli, nodes, tmp_path):
 
 
 def test_errors_print_one_line_and_exit_1(cli, tmp_path):
-    assert cli("status", "nope") == 1
+    assert cli("status", "nope") == runctl.EXIT_UNKNOWN_RUN
     assert (cli.out, cli.err) == ("", "runctl: 404 unknown_run: No run with run_id 'nope'.\n")
     bad = tmp_path / "bad.json"
     bad.write_text('{"roles": {}, "steps": [{"name": "x", "role": "dut"}]}')
@@ -162,7 +162,7 @@ def test_list_and_nodes_show_the_fleet_and_the_runs(cli, nodes, tmp_path, med):
     cli("submit", write(tmp_path, "b", "run-b"))
     assert cli("list") == 0
     assert [line.split()[:2] for line in cli.lines] == [
-        ["RUN", "STATE"],
+        ["ID", "STATE"],
         ["run-b", "QUEUED"],
         ["run-a", "RUNNING"],
     ]
@@ -255,7 +255,7 @@ def test_wait_gives_up_after_its_timeout(cli, nodes, tmp_path):
         "submit", write(tmp_path, "a", "run-a"), "--wait", "--interval", "2", "--timeout", "5",
         sleep=sleep, clock=lambda: now[0],
     )  # fmt: skip
-    assert code == 1
+    assert code == runctl.EXIT_TIMEOUT == 5  # issue 15 §4: not FAILED's 1
     assert cli.lines == ["201 · RUNNING", "run-a"]
     assert cli.err == "runctl: run run-a is still RUNNING after 5 s\n"
     assert now == [5.0]
@@ -270,3 +270,123 @@ def test_the_token_comes_from_the_environment(serve, tmp_path, monkeypatch):
     monkeypatch.setenv("MEDIATOR_TOKEN", "tc1")
     assert cli("list") == 0
     assert cli.lines == ["(none)"]
+
+
+# ---- issue 15 §4: list with squeue's essentials; distinct exit statuses -------------------------
+
+AGE = r"\d+:\d\d"  # squeue's M:SS; the server's clock is the wall clock here
+
+
+def ask_then_flash(tmp_path: Any, run_id: str) -> str:
+    """A run that takes node "a" and then waits for a person before it flashes the board."""
+    path = tmp_path / f"{run_id}.json"
+    path.write_text(json.dumps({"run_id": run_id, "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "confirm", "kind": "ask", "ask": "Is the board powered?"},
+        {"name": "flash", "role": "dut", "after": ["confirm"], "with": {"cmd": "true"}},
+    ]}))  # fmt: skip
+    return str(path)
+
+
+def test_list_shows_position_reason_age_nodes_and_a_run_waiting_for_an_answer(cli, nodes, tmp_path):
+    import re
+
+    nodes("a", board="x")
+    cli("submit", ask_then_flash(tmp_path, "run-a"))  # holds a, waits for an answer
+    cli("submit", write(tmp_path, "b", "run-b"))  # queued behind it
+    cli("submit", write(tmp_path, "c", "run-c"))
+    assert cli("list") == 0
+    ask_id = re.search(r"ask (\d+):", cli.out).group(1)  # type: ignore[union-attr]
+    rows = [re.split(r"\s{2,}", line) for line in cli.lines]
+    assert rows[0] == ["ID", "STATE", "POS", "REASON", "AGE", "NODES", "CURRENT"]
+    assert [r[:4] + r[5:] for r in rows[1:]] == [
+        ["run-c", "QUEUED", "2", "ALL_BUSY", "-", "-"],
+        ["run-b", "QUEUED", "1", "ALL_BUSY", "-", "-"],
+        ["run-a", "RUNNING", "-", "-", "a",
+         f"waiting for an answer (ask {ask_id}: Is the board powered?)"],
+    ]  # fmt: skip
+    assert all(re.fullmatch(AGE, r[4]) for r in rows[1:])
+    # any case for --state, as squeue takes it
+    assert cli("list", "--state", "queued") == 0
+    assert [line.split()[0] for line in cli.lines] == ["ID", "run-c", "run-b"]
+    # -o wide: the verdict, roles, the work id, the creation time, and the whole reason
+    assert cli("list", "-o", "wide", "--state", "Queued") == 0
+    assert re.split(r"\s{2,}", cli.lines[0]) == [
+        "ID", "STATE", "VERDICT", "POS", "REASON", "AGE", "NODES", "WORK", "CREATED", "CURRENT"
+    ]  # fmt: skip
+    assert 'ALL_BUSY: Every node that can serve role "dut" is busy' in cli.lines[2]
+    assert cli.lines[2].count(" · busy: a") == 1
+    # -o json is --json
+    assert cli("list", "-o", "json") == 0
+    assert [r.get("queue_position") for r in cli.body["runs"]] == [2, 1, None]
+
+
+def test_list_shortens_long_ids_to_their_unambiguous_tail_and_status_takes_it(cli, nodes, tmp_path):
+    nodes("a", board="x")
+    path = tmp_path / "anon.json"
+    path.write_text(json.dumps({"roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "build", "role": "dut", "with": {"cmd": "true"}}]}))  # fmt: skip
+    cli("submit", str(path))
+    first = cli.lines[1]
+    cli("submit", str(path))
+    second = cli.lines[1]
+    assert len(first) == 30 and first[:8] == second[:8]  # they share the timestamp
+    assert cli("list") == 0
+    shown = [line.split()[0] for line in cli.lines[1:]]
+    assert shown == ["…" + second[-8:], "…" + first[-8:]]
+    assert cli("status", shown[0]) == 0
+    assert cli.lines[1] == f"run       {second}"
+
+
+def test_watch_tells_failed_timeout_unknown_run_and_unreachable_apart(cli, nodes, tmp_path):
+    node = nodes("a", board="x")
+    path = tmp_path / "fail.json"
+    steps = [{"name": "x", "role": "dut", "uses": "fail"}]
+    path.write_text(
+        json.dumps({"run_id": "run-f", "roles": {"dut": {"board": "x"}}, "steps": steps})
+    )
+    cli("submit", str(path))
+    assert cli("watch", "run-f", sleep=lambda s: node.tick()) == runctl.EXIT_ERROR == 1
+    cli("submit", write(tmp_path, "a", "run-a"))
+    now = [0.0]
+
+    def idle(seconds: float) -> None:
+        now[0] += seconds
+
+    assert cli("watch", "run-a", "--timeout", "3", sleep=idle, clock=lambda: now[0]) == 5
+    assert cli("watch", "run-nope") == runctl.EXIT_UNKNOWN_RUN == 4
+    assert cli.err == "runctl: 404 unknown_run: No run with run_id 'run-nope'.\n"
+    dead = Runctl("http://127.0.0.1:9")  # the discard port: nobody listens on loopback
+    assert dead("watch", "run-a") == runctl.EXIT_UNREACHABLE == 6
+    assert dead.err.startswith("runctl: cannot reach the Mediator at http://127.0.0.1:9")
+    assert len({1, 5, 4, 6, runctl.EXIT_USAGE, runctl.EXIT_REJECTED}) == 6
+
+
+# ---- issue 12 §7: a closed pipe ends runctl quietly ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["list"], ["status", "run-a"], ["nodes"], ["asks"], ["list", "-o", "wide"], ["--help"],
+     ["status", "run-a", "--json"], ["watch", "run-a", "--timeout", "0.1"]],
+)  # fmt: skip
+def test_a_closed_pipe_ends_every_command_quietly(url, nodes, tmp_path, argv):
+    """``runctl status … | head``: the reader has gone before runctl writes. The read end of the
+    pipe is closed before the child starts, so its first write fails every time (no race)."""
+    import os
+    import subprocess
+    import sys
+
+    nodes("a", board="x")
+    Runctl(url)("submit", ask_then_flash(tmp_path, "run-a"))
+    read, write_end = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mediator.cli.runctl", "--url", url, *argv],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    # 128 + SIGPIPE, as `yes | head` ends; --help is argparse's, which drops the text and exits 0
+    assert done.returncode == (0 if argv == ["--help"] else 141)

@@ -1,7 +1,7 @@
-"""The simulator against the real Mediator and PostgreSQL (sim.md §2–7, issue 5).
+"""The simulator against the real Mediator and PostgreSQL (docs/design.md §20–7, issue 5).
 
 Each simulation gets its own fresh database on the session's cluster. The reference model runs
-on the same plan; the differential test (sim.md §6) asks for the same promotions at the same
+on the same plan; the differential test (design.md §20) asks for the same promotions at the same
 instants and prints the first diverging event on a mismatch.
 """
 
@@ -36,7 +36,7 @@ def small(name: str):
 
 @pytest.mark.parametrize("name", sorted(S.SCENARIOS))
 def test_differential_the_mediator_and_the_model_promote_identically(name, server_url):
-    """sim.md §6: same plan → the same runs promoted onto the same nodes at the same instants;
+    """design.md §20: same plan → the same runs promoted onto the same nodes at the same instants;
     and no invariant I1–I7 broken along the way."""
     plan = sim.materialize(small(name))
     result = sim.run(plan, database_url=server_url, progress=False)
@@ -61,7 +61,7 @@ def test_differential_under_random_vanish_and_return(server_url):
 
 
 def test_same_scenario_and_seed_give_identical_tables(server_url):
-    """sim.md §2: deterministic — row for row."""
+    """docs/design.md §20: deterministic — row for row."""
     sc = S.mixed(runs=120, seed=7)
     a = sim.run(sc, database_url=server_url, progress=False)
     b = sim.run(sc, database_url=server_url, progress=False)
@@ -74,7 +74,7 @@ def test_same_scenario_and_seed_give_identical_tables(server_url):
 
 @pytest.mark.parametrize("wake_on_return", [False, True])
 def test_vanished_node_window(wake_on_return, server_url):
-    """seed 000 §5 on the real Mediator: b is queued behind a on X; X vanishes, a is reaped
+    """docs/design.md §8 on the real Mediator: b is queued behind a on X; X vanishes, a is reaped
     (lost); X returns at 300. Off: b waits for c's unrelated result at 700 (stuck 400 s). On
     (wake 7): b goes at 300, stuck 0."""
     result = sim.run(S.vanished_node(wake_on_return), database_url=server_url, progress=False)
@@ -92,7 +92,7 @@ def test_vanished_node_window(wake_on_return, server_url):
 
 
 def test_trace_replay_equals_the_fifo_multiserver_recursion(server_url):
-    """sim.md §5.8: on identical nodes the Mediator is a FIFO G/G/c queue; the NASA trace's waits
+    """design.md §20: on identical nodes the Mediator is a FIFO G/G/c queue; the NASA trace's waits
     equal the Kiefer–Wolfowitz recursion exactly (integer microseconds)."""
     plan = sim.materialize(S.trace(runs=400, nodes=2))
     result = sim.run(plan, database_url=server_url, progress=False)
@@ -105,7 +105,7 @@ def test_trace_replay_equals_the_fifo_multiserver_recursion(server_url):
 
 
 def test_erlang_c_on_the_real_mediator_at_moderate_load(server_url):
-    """sim.md §7: M/M/2, λ = 0.1, μ = 0.1 (ρ = 0.5) — independent replications with a warm-up
+    """design.md §20: M/M/2, λ = 0.1, μ = 0.1 (ρ = 0.5) — independent replications with a warm-up
     cut; theory must lie within the 99 % interval of the replication means; Little's law holds
     on every run."""
     lam, mu, c = 0.1, 0.1, 2
@@ -127,7 +127,7 @@ def test_erlang_c_on_the_real_mediator_at_moderate_load(server_url):
 
 
 def test_time_leak_every_timestamp_is_virtual(server_url):
-    """mediator.md §4: virtual time starts in 2031; a wall-clock timestamp (2026) would show as
+    """docs/design.md §13: virtual time starts in 2031; a wall-clock timestamp (2026) would show as
     a large negative time."""
     result = sim.run(S.burst(runs=100, seed=3), database_url=server_url, progress=False)
     for column in ("created_at", "started_at", "ended_at"):

@@ -1,4 +1,4 @@
-"""``sim.plan`` on the real Mediator (sim.md §8): the recommended size and its neighbours
+"""``sim.plan`` on the real Mediator (docs/design.md §20): the recommended size and its neighbours
 confirmed on PostgreSQL beside the model, and a grid run on the Mediator itself — each
 simulation on its own fresh database, from the default process pool's workers."""
 

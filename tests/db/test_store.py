@@ -30,7 +30,7 @@ def test_upsert_advert_returns_previous_policy_in_one_statement(med):
 
 
 def test_upsert_advert_reports_whether_the_node_was_live(med, clock):
-    """The value wake 7 needs (seed 000 §5 suggests it): live before this advert or not."""
+    """The value wake 7 needs (docs/design.md §8 suggests it): live before this advert or not."""
     first = upsert(med)
     assert (first.inserted, first.prev_live) == (True, False)
     clock.advance(10)
@@ -41,7 +41,7 @@ def test_upsert_advert_reports_whether_the_node_was_live(med, clock):
 
 
 def test_upsert_advert_binds_a_node_to_its_first_principal(med):
-    """mediator.md §9: another principal's advert for the same node_id gets no row → 403."""
+    """docs/design.md §14: another principal's advert for the same node_id gets no row → 403."""
     med.advert("X", {"board": "x"}, "i1", principal="alice")
     with pytest.raises(Forbidden):
         med.advert("X", {"board": "y"}, "i1", principal="mallory")
@@ -124,7 +124,7 @@ def test_draining_nodes_leaves_expired_ones_out(med, clock):
 
 
 def test_unavailable_nodes_is_the_union_of_busy_and_draining(med):
-    """seed 000 §6.1 'UnavailableNodes 가 busy 와 draining 의 합집합이다' (FR-11 central side)."""
+    """design.md §7 'UnavailableNodes 가 busy 와 draining 의 합집합이다' (FR-11 central side)."""
     advert(med, "busy")
     advert(med, "draining", drain="graceful")
     advert(med, "free")
@@ -162,7 +162,7 @@ def test_steps_carry_chosen_what_hardware_ran_them(med):
 
 
 def test_analytics_queries_are_read_only(med):
-    """api.md §5: the simulator reads the database for analytics and can never write it."""
+    """architecture.md: the simulator reads the database for analytics and can never write it."""
     from mediator import MediatorError
 
     advert(med, "X")
@@ -190,7 +190,7 @@ _needs = st.dictionaries(st.sampled_from(["k", "m"]), _scalars, max_size=2)
     st.sampled_from(["r1", "r2"]), _needs, max_size=2))  # fmt: skip
 def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
     """submit reads only the nodes that might serve a role; every real candidate must be among
-    them (mediator.md §5 semantics: JSON types kept, list membership, `true` = present+truthy)."""
+    them (design.md §4 semantics: JSON types kept, list membership, `true` = present+truthy)."""
     from mediator.contract import satisfies
 
     with med.store.autocommit() as tx:

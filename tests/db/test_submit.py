@@ -1,4 +1,4 @@
-"""Submit (mediator.md §7.1; seed 000 R1–R5, NFR-I6, NFR-I7) on the real database."""
+"""Submit (docs/design.md §5; seed 000 R1–R5, NFR-I6, NFR-I7) on the real database."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_r1_width_cap_at_submit_is_422(dsn, clock, tmp_path):
 
 
 def test_202_body_has_neither_assigned_nor_reject(med):
-    """seed 000 §6.1: the 202 body is the run as committed: QUEUED, no assigned, no reject."""
+    """docs/design.md §7: the 202 body is the run as committed: QUEUED, no assigned, no reject."""
     advert(med, "X")
     med.submit(contract("a"))
     body = med.submit(contract("b")).body()
@@ -171,7 +171,7 @@ def test_unknown_run_is_not_found_plainly(med):
 
 
 def test_rejected_run_record_is_opened_and_sealed(med):
-    """seed 000 §1: 422 → FAILED; its record is opened and sealed at once (mediator.md §7.1)."""
+    """design.md §7: 422 → FAILED; its record is opened and sealed at once (design.md §5)."""
     sub = med.submit(contract("r", dut={"board": "none"}))
     assert sub.status == 422
     check = med.records.verify("r")

@@ -1,4 +1,4 @@
-"""WakeQueued and promote (mediator.md §7.2; seed 000 R6–R13, R16, R17; I1, I3, I5, I7).
+"""WakeQueued and promote (docs/design.md §6; seed 000 R6–R13, R16, R17; I1, I3, I5, I7).
 
 Each test builds its queue through the real flows. Where a queue must exist beside free nodes
 without a wake having run (so the sweep under test is the one that moves it), nodes are made
@@ -36,18 +36,18 @@ def states(med, *run_ids):
     return [med.get_run(r).state for r in run_ids]
 
 
-# ---- seed 000 §6.1, internal/store/queue_test.go ----
+# ---- docs/design.md §7, internal/store/queue_test.go ----
 
 
 def test_wake_on_an_empty_queue_does_nothing(med):
-    """seed 000 §6.1: WakeQueued on an empty queue does nothing (and costs one query, R13)."""
+    """docs/design.md §7: WakeQueued on an empty queue does nothing (and costs one query, R13)."""
     advert(med, "X")
     report = med.wake_queued()
     assert report.promoted == [] and report.classes == 0
 
 
 def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med):
-    """seed 000 §6.1: lease, steps.node_id and assigned are all set by one promotion (R12)."""
+    """docs/design.md §7: lease, steps.node_id and assigned are all set by one promotion (R12)."""
     advert(med, "X", drain="graceful")
     assert med.submit(contract("q", steps=2)).status == 202
     undrain_quietly(med, "X")
@@ -61,7 +61,7 @@ def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med)
 
 
 def test_wake_keeps_arrival_order_between_runs_competing_for_one_node(med, clock):
-    """seed 000 §6.1 / I7: of two runs wanting the same node, the earlier goes first."""
+    """docs/design.md §7 / I7: of two runs wanting the same node, the earlier goes first."""
     advert(med, "X", drain="graceful")
     med.submit(contract("z-first"))
     clock.advance(1)
@@ -72,7 +72,7 @@ def test_wake_keeps_arrival_order_between_runs_competing_for_one_node(med, clock
 
 
 def test_wake_sends_a_later_run_when_the_head_cannot_go(med, clock):
-    """R6 / seed 000 §6.1: the head waits for a busy board; a later run wanting something else
+    """R6 / docs/design.md §7: the head waits for a busy board; a later run wanting something else
     goes. Never stop at the head."""
     advert(med, "B", board="rare")
     advert(med, "S", drain="graceful", scope=True)
@@ -87,7 +87,7 @@ def test_wake_sends_a_later_run_when_the_head_cannot_go(med, clock):
 
 
 def test_wake_twice_is_the_same_as_once(med):
-    """R9 / seed 000 §6.1: reentrant — a second sweep finds nothing more to do."""
+    """R9 / docs/design.md §7: reentrant — a second sweep finds nothing more to do."""
     for n in ("X", "Y"):
         advert(med, n, drain="graceful")
     for r in ("a", "b", "c"):
@@ -99,7 +99,7 @@ def test_wake_twice_is_the_same_as_once(med):
 
 
 def test_wake_never_sends_to_a_draining_node(med):
-    """seed 000 §6.1 / FR-11: a draining node is unavailable to the sweep."""
+    """docs/design.md §7 / FR-11: a draining node is unavailable to the sweep."""
     advert(med, "X", drain="graceful")
     med.submit(contract("q"))
     assert med.wake_queued().promoted == []
@@ -107,7 +107,7 @@ def test_wake_never_sends_to_a_draining_node(med):
 
 
 def test_wake_with_lease_ttl_0_errors_before_anything(dsn, clock, tmp_path):
-    """R11 / seed 000 §6.1 'WakeQueued errors with LeaseTTL 0': no silent endless leases."""
+    """R11 / docs/design.md §7 'WakeQueued errors with LeaseTTL 0': no silent endless leases."""
     cfg = Config.unchecked(lease_ttl_seconds=0)
     med = Mediator.connect(dsn, cfg, clock, records_root=str(tmp_path), startup_wake=False)
     try:
@@ -129,7 +129,7 @@ def test_config_refuses_a_lease_ttl_of_0_for_users():
 
 
 def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
-    """R10 / seed 000 §6.1: width over the cap at promotion is not permanent — it depends on
+    """R10 / docs/design.md §7: width over the cap at promotion is not permanent — it depends on
     which nodes are free — so the run stays QUEUED, and goes once folding makes it narrow."""
     med = Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path))
     try:
@@ -154,7 +154,7 @@ def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
 
 
 def test_create_queued_run_makes_no_lease_and_inserts_every_step_pending_unassigned(med):
-    """seed 000 §6.1 / R4 / I3: CreateQueuedRun holds nothing and has every step from submit."""
+    """docs/design.md §7 / R4 / I3: CreateQueuedRun holds nothing and has every step from submit."""
     advert(med, "X")
     med.submit(contract("a"))
     run = med.submit(contract("q", steps=3)).run
@@ -164,7 +164,7 @@ def test_create_queued_run_makes_no_lease_and_inserts_every_step_pending_unassig
 
 
 def test_cancel_after_create_queued_run_fails_it_and_seals(med):
-    """seed 000 §6.1: cancel while QUEUED → FAILED/cancelled, and the record reaches its seal."""
+    """design.md §7: cancel while QUEUED → FAILED/cancelled, and the record reaches its seal."""
     advert(med, "X")
     med.submit(contract("a"))
     med.submit(contract("q"))
@@ -178,7 +178,7 @@ def test_cancel_after_create_queued_run_fails_it_and_seals(med):
 
 
 def test_r13_a_result_promotes_a_waiting_run_synchronously(med):
-    """R13 / seed 000 §6.1 'postResult 뒤에 대기 Run 이 RUNNING': no sleep, no retry."""
+    """R13 / docs/design.md §7 'postResult 뒤에 대기 Run 이 RUNNING': no sleep, no retry."""
     advert(med, "X")
     med.submit(contract("a"))
     med.submit(contract("b"))
@@ -187,7 +187,7 @@ def test_r13_a_result_promotes_a_waiting_run_synchronously(med):
 
 
 def test_a_cancel_promotes_a_waiting_run(med):
-    """seed 000 §6.1 'postCancel 뒤에 대기 Run 이 RUNNING' (wake 2)."""
+    """docs/design.md §7 'postCancel 뒤에 대기 Run 이 RUNNING' (wake 2)."""
     advert(med, "X")
     med.submit(contract("a"))
     med.submit(contract("b"))
@@ -196,7 +196,7 @@ def test_a_cancel_promotes_a_waiting_run(med):
 
 
 def test_startup_wakes_the_queue_once(dsn, clock, tmp_path):
-    """seed 000 §6.1 cmd/mediator: the startup path calls WakeQueued once (wake 5)."""
+    """docs/design.md §7 cmd/mediator: the startup path calls WakeQueued once (wake 5)."""
     med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
     advert(med, "X", drain="graceful")
     med.submit(contract("q"))

@@ -1,6 +1,6 @@
 """Fixtures for the end-to-end tier: a real headless Chromium shared by the browser tests.
 
-quality.md §1: the board (and the Mediator's panel) are tested in a real headless browser. The
+architecture.md: the board (and the Mediator's panel) are tested in a real headless browser. The
 browser is Debian's ``/usr/bin/chromium`` driven by Playwright – ``playwright install`` would
 download a browser, and CI has no network – started once per session (about a second) with the
 flags that keep it from reaching out to the network or needing a GPU or a sandbox (CI runs as

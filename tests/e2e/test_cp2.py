@@ -1,4 +1,5 @@
-"""The CP2 checkpoint of seed 000 §7 with real processes: ``mediator serve``, ``enode``, ``runctl``.
+"""The CP2 checkpoint of design.md §19 with real processes: ``mediator serve``, ``enode``,
+``runctl``.
 
     runctl submit a.json                 -> 201 · RUNNING
     runctl submit b.json                 -> 202 · QUEUED      (needs the node a holds)
@@ -7,7 +8,7 @@
     runctl status <b>                    -> RUNNING    (the wake is synchronous: no sleep, no retry)
     runctl submit c.json (no such capability) -> 422 · FAILED
 
-Then the HTTP-level tests of seed 000 §6.1 against the same kind of real server over real HTTP.
+Then the HTTP-level tests of docs/design.md §7 against the same kind of real server over real HTTP.
 Steps wait on a file the test creates, so "a finishes" happens exactly when the test says so; the
 node's log line ``run a settled PASSED`` is written after its result POST returned.
 """
@@ -57,7 +58,7 @@ def waiting_contract(run_id: str, gate: Path, board: str = "x") -> dict:
 
 @pytest.fixture
 def server(tmp_path):
-    """``mediator serve --data DIR`` exactly as api.md §2 writes it (issue 15 §2): the options
+    """``mediator serve --data DIR`` exactly as design.md §19 writes it (issue 15 §2): the options
     after the subcommand, and no --database-url, so the server runs its own persistent embedded
     PostgreSQL in DIR. DIR is outside pytest's root-only tmp_path so the unprivileged server user
     can enter it; tmpfs when there is one, to keep initdb quick."""
@@ -141,7 +142,7 @@ def test_cp2_checkpoint_with_real_processes(server, enode, tmp_path):
     assert states == {"run-a": "PASSED", "run-b": "PASSED", "run-c": "FAILED"}
 
 
-# ---- seed 000 §6.1 over real HTTP, against a real server process ---------------------------
+# ---- docs/design.md §7 over real HTTP, against a real server process ---------------------------
 
 
 def advert(http: httpx.Client, node_id: str, drain: str = "") -> None:

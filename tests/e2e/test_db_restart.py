@@ -1,4 +1,4 @@
-"""Database restart under load (quality.md §4): requests in flight while PostgreSQL is down fail
+"""Database restart under load (performance.md): requests in flight while PostgreSQL is down fail
 cleanly (503 with an error body, no stack trace), and the service recovers by itself — no
 Mediator restart — with nothing committed lost."""
 

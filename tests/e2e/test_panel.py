@@ -1,4 +1,4 @@
-"""The Mediator's panel (api.md §4) in a real headless Chromium, against a live server.
+"""The Mediator's panel (docs/panel.md) in a real headless Chromium, against a live server.
 
 Each test starts ``mediator serve --dev`` on its own database (``start_server``) and plays the
 nodes itself over HTTP – adverts, claims and results with httpx – so the page sees exactly what a
@@ -197,7 +197,7 @@ def test_a_node_card_shows_its_lease_and_a_countdown_from_observed_at(lab, page)
 
 
 def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
-    """api.md §4: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
+    """panel.md: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
     lab.advert("X", label="bench X", board="x")
     assert lab.submit(chain("flash-1", "flash")) == 201
     diamond = {"run_id": "release", "roles": {"dut": {"board": "x"}}, "steps": [
@@ -281,7 +281,7 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
     assert lab.work("X") == ["verify"]
     assert lab.http.get("/v1/asks").json()["asks"] == []
 
-    # "Not OK" fails the step and, with it, the run (mediator.md §2).
+    # "Not OK" fails the step and, with it, the run (docs/design.md §2).
     lab.advert("Q", label="bench Q", board="q")
     refusal = {"run_id": "go-no-go", "roles": {"dut": {"board": "q"}}, "steps": [
         {"name": "go?", "kind": "ask", "ask": "Power on the rig?"},
@@ -330,3 +330,108 @@ def test_a_server_with_tokens_gets_one_through_the_header_form(dsn, tmp_path, pa
         expect(form).to_be_hidden()
     finally:
         stop(server)
+
+
+PHONE = {"width": 360, "height": 740}
+
+
+def blocked_lab(lab: Lab) -> None:
+    """X holds bringup-7, which waits for a person's answer; two runs queue behind it; Y drains,
+    Z is idle. What S1 must make plain (issue 15 §5): the ask holds the whole queue."""
+    lab.advert("X", label="bench X", board="x")
+    lab.advert("Y", label="bench Y", drain="graceful", board="y")
+    lab.advert("Z", label="scope Z", scope=True)
+    held = {"run_id": "bringup-7", "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "flash", "role": "dut"},
+        {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
+        {"name": "verify", "role": "dut", "after": ["probe"]},
+    ]}  # fmt: skip
+    assert lab.submit(held) == 201
+    lab.finish("X", "bringup-7", "flash")
+    assert lab.submit(chain("flash-1", "flash", "verify", work_id="ticket-41")) == 202
+    assert lab.submit(chain("flash-2", "flash", work_id="ticket-42")) == 202
+
+
+def test_s1_shows_the_ask_that_blocks_the_lab_and_counts_it_in_the_header(lab, page):
+    """Issue 15 §5: before, S1 showed nothing for a run waiting for an answer — empty "steps
+    now", no badge, no counts — while it held X and so both queued runs."""
+    blocked_lab(lab)
+    page.set_viewport_size(LAPTOP)
+    page.goto(lab.panel())
+
+    row = page.locator('tr.run-row[data-run="bringup-7"]')
+    badge = row.locator(".ask-badge")
+    expect(badge).to_have_text("ask waiting for an answer: Is the probe clipped to TP3?")
+    expect(row).to_have_class(re.compile(r"\bhas-ask\b"))
+    expect(page.locator(".ask-badge")).to_have_count(1)  # only the run that waits has one
+    counts = page.locator("#counts")
+    expect(counts.locator("[data-count]")).to_have_text([
+        "2 queued", "1 running", "1 waiting for an answer", "1 idle node", "1 draining node"
+    ])  # fmt: skip
+    # the positions come from the list itself (issue 15 §4)
+    expect(page.locator('tr.run-row[data-run="flash-1"] .queue-pos')).to_have_text("#1 in queue")
+    expect(page.locator('tr.run-row[data-run="flash-2"] .queue-pos')).to_have_text("#2 in queue")
+    lab.screenshot(page, "s1-blocked-by-an-ask")
+
+    badge.click()  # the badge leads to S2, where the ask is answered
+    expect(page).to_have_url(re.compile(r"#/runs/bringup-7$"))
+    expect(counts).to_be_hidden()  # S2 shows one run: the lab's counts would go stale there
+    page.locator("form.ask").get_by_role("button", name="OK", exact=True).click()
+    expect(page.locator('g.step[data-step="probe"]')).to_have_attribute("data-state", "PASSED")
+    page.goto(lab.panel())
+    expect(page.locator(".ask-badge")).to_have_count(0)
+    expect(counts.locator('[data-count="asks"]')).to_have_text("0 waiting for answers")
+
+
+def test_s1_reads_positions_and_reasons_from_the_list_not_one_request_per_queued_row(lab, page):
+    """Issue 15 §4: every refresh is three requests — nodes, runs, asks — however many runs wait.
+    Before, each queued row cost a GET /v1/runs/{id} more (up to 50 a refresh, every 5 s)."""
+    blocked_lab(lab)
+    for i in range(3, 8):
+        assert lab.submit(chain(f"flash-{i}", "flash")) == 202  # seven queued runs in all
+    api_paths: list[str] = []
+    page.on("request", lambda r: api_paths.append(r.url.split("?")[0].split("/v1/", 1)[1])
+            if "/v1/" in r.url else None)  # fmt: skip
+    page.goto(lab.panel())
+    expect(page.locator("tr.run-row .queue-pos")).to_have_count(7)
+    for _ in range(3):  # three more refreshes, each observed as its list request
+        with page.expect_request(lambda r: r.url.split("?")[0].endswith("/v1/runs")):
+            pass
+    lists = api_paths.count("runs")
+    assert lists >= 4
+    assert set(api_paths) == {"nodes", "runs", "asks"}, api_paths  # no runs/{id}
+    assert abs(len(api_paths) - 3 * lists) <= 3  # three a refresh (the last may be in flight)
+
+
+def test_the_panel_fits_a_360_px_screen(lab, page):
+    """Issue 15 §5: on a phone, S1 and S2 scroll down, never sideways (the graph scrolls inside
+    its own frame); the counts, the badge and the queue reasons stay readable."""
+    blocked_lab(lab)
+    page.set_viewport_size(PHONE)
+    page.goto(lab.panel(refresh=3_600_000))  # one drawing: boxes measured are not redrawn
+    expect(page.locator("#counts [data-count]")).to_have_count(5)
+    expect(page.locator(".ask-badge")).to_be_visible()
+    expect(page.locator('tr.run-row[data-run="flash-1"] .wait-code')).to_have_text("ALL_BUSY")
+
+    def overflow() -> int:
+        return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+    def wide() -> list[str]:  # what sticks out, to say so when the layout breaks
+        return page.evaluate("""() => [...document.querySelectorAll("body *")]
+            .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5
+                        && !e.closest(".graph-scroll, .step-table"))
+            .map((e) => `${e.tagName}.${e.className.baseVal ?? e.className}`)""")
+
+    assert overflow() <= 0, wide()
+    for selector in ("#counts", ".ask-badge", '[data-node="X"]', 'tr.run-row[data-run="flash-1"]'):
+        box = page.locator(selector).first.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (
+            selector, box)  # fmt: skip
+    lab.screenshot(page, "s1-on-a-phone")
+
+    page.goto(lab.panel("#/runs/bringup-7", refresh=3_600_000))
+    expect(page.locator("form.ask .question")).to_have_text("Is the probe clipped to TP3?")
+    expect(page.locator("svg.graph g.step")).to_have_count(3)
+    assert overflow() <= 0, wide()
+    box = page.locator("form.ask").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]

@@ -1,4 +1,4 @@
-"""Replicas (quality.md §4): three ``mediator serve`` processes on one database, concurrent
+"""Replicas (docs/performance.md): three ``mediator serve`` processes on one database, concurrent
 submitters and node daemons over HTTP for a bounded time, one Mediator killed with SIGKILL midway.
 
 Afterwards, by SQL: no node was ever leased to two runs at once, every accepted run_id is there,
@@ -152,7 +152,7 @@ def test_three_replicas_one_killed_midway(dsn, tmp_path):
                 t.join(timeout=30)
             for s in servers[1:]:  # graceful: their last reaper passes seal what is left
                 s.process.stop()
-            med.seal_unsealed()  # what a restart would do (mediator.md §7.7)
+            med.seal_unsealed()  # what a restart would do (docs/design.md §12)
             check(med, accepted, shared)
             codes = dict(sorted(Counter(accepted.values()).items()))
             by_verdict = "SELECT verdict, count(*) AS n FROM runs GROUP BY verdict ORDER BY 1"

@@ -1,4 +1,4 @@
-"""Races between real processes over one queue folder (quality.md §4, tickets line).
+"""Races between real processes over one queue folder (docs/performance.md, tickets line).
 
 Six processes released together by one barrier walk the same listing of a few thousand tickets and
 try to claim each one – with hard links and with the ``O_CREAT|O_EXCL`` fallback forced – and every

@@ -1,9 +1,9 @@
-"""Every notebook in notebooks/, executed at CI scale, and the numbers it states (sim.md §9).
+"""Every notebook in notebooks/, executed at CI scale, and the numbers it states (notebooks.md).
 
 Each test runs one notebook in a fresh kernel with ``scale = "ci"`` and the session cluster's
 server as ``database_url`` (so the notebook starts no cluster of its own), then asserts the
 numbers the notebook wrote in its prose — read back from the machine-readable twin that
-``sim.notebooks.state`` puts beside every such sentence. quality.md §1: not just "it ran".
+``sim.notebooks.state`` puts beside every such sentence. docs/architecture.md: not just "it ran".
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_every_notebook_is_tested_and_committed_without_outputs() -> None:
 
 
 def test_queueing_basics(cluster: Any) -> None:
-    """M/M/3 at λ=0.2, μ=0.1: the formulas give sim.md §7's reference points, the model agrees
+    """M/M/3 at λ=0.2, μ=0.1: the formulas give design.md §20's reference points, the model agrees
     with them across loads, and the real Mediator agrees with the model run for run."""
     n = execute("01-queueing-basics", cluster)
     assert n["theory_p_wait"] == pytest.approx(0.4444, abs=1e-4)
@@ -88,7 +88,7 @@ def test_queueing_basics(cluster: Any) -> None:
 
 
 def test_vanished_node(cluster: Any) -> None:
-    """seed 000 §5 both ways — b at 300 (on) or 700 (off, stuck 400 s) — and, over a long
+    """docs/design.md §8 both ways — b at 300 (on) or 700 (off, stuck 400 s) — and, over a long
     horizon of random vanish/return, stuck time only without wake_on_return."""
     n = execute("02-vanished-node", cluster)
     assert n["a_verdict"] == "lost"

@@ -1,4 +1,5 @@
-"""Import boundaries (seed 003 §8, api.md §5): a walk over the source that fails on a violation.
+"""Import boundaries (seed 003 §8, architecture.md): a walk over the source that fails on a
+violation.
 
 Every ``.py`` file under a rule's source folder is parsed for imports only (tests included, as the
 seed asks: a test importing the store would need a database). The panel is not Python: it is

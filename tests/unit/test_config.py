@@ -1,4 +1,4 @@
-"""Configuration (mediator.md §8): working defaults, precedence, refusals naming the setting."""
+"""Configuration (docs/design.md §16): working defaults, precedence, refusals naming the setting."""
 
 from __future__ import annotations
 

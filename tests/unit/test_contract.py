@@ -1,6 +1,6 @@
 """Worked examples for mediator.contract: structural validation at submit (R5) and need matching.
 
-Every structural check of mediator.md §5 has an example that breaks exactly one thing and asserts
+Every structural check of docs/design.md §4 has an example that breaks exactly one thing and asserts
 the ``field`` the error names: the HTTP layer returns that field to the person who must fix it.
 """
 
@@ -20,7 +20,7 @@ from mediator.errors import ContractError
 
 
 def example() -> dict[str, Any]:
-    """The contract of mediator.md §5 (with a concrete run_id and work_id)."""
+    """The contract of docs/design.md §4 (with a concrete run_id and work_id)."""
     return {
         "run_id": "hil-2024.06_01",
         "work_id": "ticket-4e3415b7",
@@ -414,7 +414,7 @@ def test_needs_key_is_independent_of_insertion_order(needs: dict[str, Any]) -> N
     ],
 )
 def test_satisfies_keeps_json_types(need: Any, cap: Any, ok: bool) -> None:
-    """mediator.md §5: no bool/int coercion; lists match by membership under the same rule."""
+    """docs/design.md §4: no bool/int coercion; lists match by membership under the same rule."""
     assert contract.satisfies({"k": need}, {"k": cap}) is ok
 
 

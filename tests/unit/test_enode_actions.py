@@ -1,4 +1,4 @@
-"""enode's actions (api.md §3): the built-ins ``shell``, ``sleep``, ``fail``, plugin discovery
+"""enode's actions (design.md §19): the built-ins ``shell``, ``sleep``, ``fail``, plugin discovery
 through the ``mediator.actions`` entry points, and the log cut that keeps a result under the
 server's body limit. No server: an action sees only its ``with`` object and a Context."""
 

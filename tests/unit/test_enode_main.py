@@ -1,4 +1,4 @@
-"""The ``enode`` program (api.md §3): its arguments and capability files, and — with a real
+"""The ``enode`` program (docs/design.md §19): its arguments and capability files, and — with a real
 ``enode`` process against the real app — SIGTERM: drain gracefully, finish the current step and
 run, exit 0; and an idle node leaves at once, not at its next poll.
 

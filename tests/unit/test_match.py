@@ -1,4 +1,4 @@
-"""Worked examples and properties of the matcher (mediator.md §6).
+"""Worked examples and properties of the matcher (docs/design.md §4).
 
 Same input, same output (ADR-014 decision 3); the three refusals and when each applies (R1, R10);
 folding; the candidate order; and the monotonicity the promotion sweep's cache relies on.

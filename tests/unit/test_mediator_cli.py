@@ -1,5 +1,5 @@
-"""``mediator``'s parser as api.md §2 writes it (issue 15 §2): ``mediator serve --data DIR`` with
-the shared options after the subcommand as well as before, no abbreviations, and help that says
+"""``mediator``'s parser as design.md §19 writes it (issue 15 §2): ``mediator serve --data DIR``
+with the shared options after the subcommand as well as before, no abbreviations, and help that says
 every option's default."""
 
 from __future__ import annotations

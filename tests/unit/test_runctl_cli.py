@@ -1,10 +1,11 @@
-"""runctl without a server (api.md §2): argument parsing, usage errors (exit 2), a server that is
-not there (exit 1, one line), contract files, and the text formats as pure functions — whole
+"""runctl without a server (design.md §19): argument parsing, usage errors (exit 2), a server that
+is not there (exit 1, one line), contract files, and the text formats as pure functions — whole
 outputs compared, so a change of format shows up here first. The commands against the real API
 are in test_runctl_api.py."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import socket
@@ -61,9 +62,75 @@ def test_usage_errors_exit_2(argv, capsys):
     assert "usage: runctl" in capsys.readouterr().err
 
 
-def test_help_exits_0(capsys):
+def test_help_exits_0_and_lists_every_exit_status(capsys):
+    # issue 15 §4: each status a script can test for is written where a user looks first
     assert run("--help")[0] == 0
-    assert "Exit status: 0 for 200/201/202, 3 for 422" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "exit status:" in text
+    for code, words in [
+        (0, "the run PASSED"), (1, "the run FAILED"), (2, "usage error"), (3, "422"),
+        (4, "no such run"), (5, "--timeout passed"), (6, "cannot be reached"),
+        (130, "interrupted"), (141, "output was closed"),
+    ]:  # fmt: skip
+        assert any(
+            line.split(maxsplit=1)[:1] == [str(code)] and words in line
+            for line in text.splitlines()
+        ), (code, words)
+    assert run("watch", "--help")[0] == 0
+    assert "5    watch and submit --wait: --timeout passed" in capsys.readouterr().out
+
+
+def _parsers():
+    parser = runctl.build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [("runctl", parser), *sub.choices.items()]
+
+
+def test_no_parser_takes_an_abbreviation():
+    # issue 15 §2: "--js" is not silently "--json", "--sta" not "--state"
+    assert all(p.allow_abbrev is False for _, p in _parsers())
+    assert run("status", "r1", "--js")[0] == 2
+    assert run("list", "--sta", "queued")[0] == 2
+    assert run("--ur", "http://h:1", "list")[0] == 2
+
+
+def test_every_option_has_help_text_that_shows_its_default():
+    # issue 15 §2: nothing on any parser is undocumented; an option says what happens without it
+    for name, parser in _parsers():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            assert action.help, (name, action.dest)
+            if action.option_strings:
+                assert "default" in action.help, (name, action.option_strings)
+
+
+@pytest.mark.parametrize("given", ["queued", "QUEUED", "Queued", "running", "failed"])
+def test_list_takes_states_in_any_case(given):
+    assert runctl.build_parser().parse_args(["list", "--state", given]).state == given.upper()
+
+
+def test_list_refuses_a_state_that_does_not_exist():
+    assert run("list", "--state", "waiting")[0] == 2
+
+
+def test_long_ids_are_shortened_to_the_tail_that_tells_them_apart():
+    ids = ["20261201T010203123456-9f3a6b21", "20261201T010203123999-9f3a6b21", "run-a",
+           "20261201T010204000000-00c0ffee"]  # fmt: skip
+    assert runctl.short_ids(ids) == {
+        ids[0]: "…6-9f3a6b21",  # the two share 9 characters of tail: the 10th tells them apart
+        ids[1]: "…9-9f3a6b21",
+        "run-a": "run-a",
+        ids[3]: "…00c0ffee",
+    }
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0:00"), (59.9, "0:59"), (61, "1:01"), (3600, "1:00:00"), (90061, "1-01:01:01")],
+)
+def test_ages_read_like_squeue_s_time(seconds, text):
+    assert runctl.age_text(seconds) == text
 
 
 @pytest.mark.parametrize(
@@ -103,9 +170,9 @@ def test_contracts_are_json_or_toml(tmp_path):
 # ---- no server --------------------------------------------------------------------------------
 
 
-def test_a_server_that_is_not_there_is_one_line_and_exit_1(dead_url):
+def test_a_server_that_is_not_there_is_one_line_and_exit_6(dead_url):
     code, out, err = run("--url", dead_url, "status", "r1")
-    assert (code, out) == (1, "")
+    assert (code, out) == (runctl.EXIT_UNREACHABLE, "")  # issue 15 §4: not 1 like any error
     assert err.startswith(f"runctl: cannot reach the Mediator at {dead_url}: ")
     assert err.count("\n") == 1
     assert "Traceback" not in err

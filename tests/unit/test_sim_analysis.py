@@ -1,4 +1,4 @@
-"""Queueing theory and interval tools (sim.md §7) on their reference points."""
+"""Queueing theory and interval tools (docs/design.md §20) on their reference points."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reference model, worked example by worked example (mediator.md §6–7, seed 000 rules).
+"""The reference model, worked example by worked example (docs/design.md §4–7, seed 000 rules).
 
 Each test scripts a tiny fleet and a few arrivals with constant durations, so the expected
 promotion list can be worked out by hand and asserted whole — the form the differential test
@@ -253,7 +253,7 @@ def test_vanished_node_window_seed_000_section_5() -> None:
 
 
 def test_stuck_time_over_a_long_random_vanish_return_process() -> None:
-    """sim.md §5.3: no stuck time with wake 7; some without it."""
+    """docs/design.md §20: no stuck time with wake 7; some without it."""
     kw = {"churn": True, "runs": 800}
     on = run_model(S.vanished_node(wake_on_return=True, **kw))
     off = run_model(S.vanished_node(wake_on_return=False, **kw))
@@ -471,7 +471,7 @@ def test_at_boundary_drain_of_an_idle_leased_node_is_found_by_its_advert() -> No
 
 
 def test_same_scenario_and_seed_give_identical_frames() -> None:
-    """sim.md §2: row for row."""
+    """docs/design.md §20: row for row."""
     a, b = run_model(S.mixed(runs=500)), run_model(S.mixed(runs=500))
     for name in ("runs", "promotions", "events", "queue", "stuck", "leases"):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
@@ -480,7 +480,7 @@ def test_same_scenario_and_seed_give_identical_frames() -> None:
 
 
 def test_the_model_does_not_import_mediator() -> None:
-    """sim.md §6: an independent implementation — no `mediator` import in the model's modules."""
+    """design.md §20: an independent implementation, no `mediator` import in the model's modules."""
     root = Path(__file__).resolve().parents[2] / "sim"
     for name in ("model", "scenarios", "workload", "traces", "analysis"):
         tree = ast.parse((root / f"{name}.py").read_text())

@@ -1,6 +1,6 @@
-"""The model's matcher against `mediator.match` on random fleets (mediator.md §6).
+"""The model's matcher against `mediator.match` on random fleets (docs/design.md §4).
 
-`sim.model` re-implements the matcher instead of importing it (sim.md §6: an independent
+`sim.model` re-implements the matcher instead of importing it (docs/design.md §20: an independent
 implementation is what makes the differential test evidence). This test is where the two meet
 directly: for random capabilities, needs, liveness, leases and drains, both must return the same
 assignment or the same refusal code. (Tests may import both; the model itself may not.)

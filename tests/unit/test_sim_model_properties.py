@@ -1,5 +1,5 @@
 """The reference model on random fleets, workloads and fleet events: invariants that must hold
-whatever happens (mediator.md §3), checked on every generated scenario."""
+whatever happens (docs/design.md §3), checked on every generated scenario."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_invariants_hold_on_random_scenarios(scenario: Scenario) -> None:
     assert result.promotions["at_s"].is_monotonic_increasing
     # I7: runs of one template (one needs_key) start in (created_at, run_id) order — unless
     # wake 7 is off: then a returned node can go to a new submit before a stuck queued run
-    # (the vanished-node window of seed 000 §5)
+    # (the vanished-node window of docs/design.md §8)
     if scenario.settings.wake_on_return:
         for _, g in runs[runs["started_at"].notna()].groupby("template"):
             started = g.sort_values(["created_at", "run_id"])["started_at"].to_numpy()

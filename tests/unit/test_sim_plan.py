@@ -1,4 +1,4 @@
-"""``sim.plan`` on the reference model (sim.md §8): common random numbers, intervals, Erlang C,
+"""``sim.plan`` on the reference model (design.md §20): common random numbers, intervals, Erlang C,
 the smallest fleet meeting the target, and the same numbers on any executor — a thread pool, the
 default process pool, a Dask cluster's executor. The confirmation on the real Mediator is tested
 in tests/db/test_sim_plan.py."""
@@ -40,7 +40,7 @@ def steady_plan(executor, **kw):  # type: ignore[no-untyped-def]
 
 
 def test_a_dask_cluster_gives_the_default_pools_numbers() -> None:
-    """sim.md §8: replications on any Executor — the default (a spawned process pool) and a
+    """docs/design.md §20: replications on any Executor — the default (a spawned process pool) and a
     Dask LocalCluster's executor compute the very same table."""
     from distributed import Client, LocalCluster
 

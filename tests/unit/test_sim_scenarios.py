@@ -1,4 +1,4 @@
-"""Scenarios as data: TOML round trips, overrides, hashes, validation (sim.md §3)."""
+"""Scenarios as data: TOML round trips, overrides, hashes, validation (docs/design.md §20)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_scenario_hash_is_stable() -> None:
 
 
 def test_heartbeats_stay_a_small_share_where_nothing_vanishes() -> None:
-    """sim.md §2: coarse adverts by default, fine ones only where vanishing is the subject."""
+    """design.md §20: coarse adverts by default, fine ones only where vanishing is the subject."""
     for name in ("steady", "mixed", "burst", "asks", "restart"):
         result = run_model(SCENARIOS[name](), record_events=False)
         assert result.advert_share() < 0.05, name
@@ -94,7 +94,7 @@ def test_trace_defaults_to_the_shipped_file() -> None:
 
 
 def test_command_line_sets_are_read_as_toml_values() -> None:
-    """`python -m sim run SCENARIO --set key=value` (sim.md §10)."""
+    """`python -m sim run SCENARIO --set key=value` (docs/design.md §20)."""
     assert S.parse_set("settings.max_width=2") == ("settings.max_width", 2)
     assert S.parse_set("settings.wake_on_return = false") == ("settings.wake_on_return", False)
     assert S.parse_set("description=a quiet fleet") == ("description", "a quiet fleet")

@@ -1,4 +1,4 @@
-"""Trace readers and the FIFO G/G/c recursion; a trace replay equals it exactly (sim.md §5.8)."""
+"""Trace readers and the FIFO G/G/c recursion; a trace replay equals it exactly (design.md §20)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_read_csv_trace_with_needs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("nodes", [2, 4])
 def test_nasa_replay_on_identical_nodes_equals_the_fifo_recursion(nodes: int) -> None:
-    """sim.md §5.8: with no claim latency and one-role runs the Mediator is FIFO G/G/c."""
+    """docs/design.md §20: with no claim latency and one-role runs the Mediator is FIFO G/G/c."""
     plan = materialize(S.trace(nodes=nodes))
     arrivals = np.array([a.at_s for a in plan.arrivals])
     durations = np.array([a.step_outcomes[0][0].duration_s for a in plan.arrivals])
@@ -112,7 +112,7 @@ def test_csv_replay_with_ties_and_zero_durations_equals_the_recursion(tmp_path: 
 
 
 def test_csv_replay_honours_per_row_needs(tmp_path: Path) -> None:
-    """api.md §6: runs need the capability every node has unless the CSV says otherwise."""
+    """docs/design.md §19: runs need the capability every node has unless the CSV says otherwise."""
     path = tmp_path / "needs.csv"
     path.write_text(
         "submit_s,run_id,duration_s,needs\n"
@@ -129,7 +129,7 @@ def test_csv_replay_honours_per_row_needs(tmp_path: Path) -> None:
 
 
 def test_more_nodes_never_make_a_nasa_job_wait_longer() -> None:
-    """Common random numbers (sim.md §2) make fleet sizes comparable job by job: under FIFO on
+    """Common random numbers (design.md §20) make fleet sizes comparable job by job: under FIFO on
     identical nodes no job waits longer when a node is added — what capacity planning relies on."""
     waits = [
         run_model(S.trace(nodes=c), record_events=False).runs["wait_s"].to_numpy()

@@ -1,4 +1,4 @@
-"""The reference model against Erlang C (sim.md §7, issue 5 item 5).
+"""The reference model against Erlang C (docs/design.md §20, issue 5 item 5).
 
 Independent replications, a warm-up cut, and 99 % confidence intervals over replication means —
 not one lucky seed. ρ = 0.9 is checked on the model (the real Mediator is checked at ρ ≤ 0.7 and

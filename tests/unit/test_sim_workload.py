@@ -1,4 +1,5 @@
-"""The pre-sampled plan: determinism, separate random streams, common random numbers (sim.md §2)."""
+"""The pre-sampled plan: determinism, separate random streams, common random numbers
+(design.md §20)."""
 
 from __future__ import annotations
 

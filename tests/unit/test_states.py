@@ -1,4 +1,4 @@
-"""The run and step state machines as tables (mediator.md §2), checked move by move.
+"""The run and step state machines as tables (docs/design.md §2), checked move by move.
 
 The tables are asserted literally first, so any change to them is a visible change to this file;
 then every allowed move is accepted and every other move refused.

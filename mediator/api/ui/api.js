@@ -1,4 +1,4 @@
-// The panel's only way to the Mediator: HTTP requests to this server's API (api.md §1, §4–5).
+// The panel's only way to the Mediator: HTTP requests to this server's API (design.md §19, panel.md).
 // Paths are relative ("v1/…"), so the panel also works behind a proxy that mounts it under a
 // prefix. Errors carry the API's {error: {code, message}} body so a screen can show the sentence
 // meant for a person. A server started without --dev wants a bearer token on every route: the

@@ -1,4 +1,4 @@
-// Small DOM and formatting helpers shared by the panel's screens (api.md §4).
+// Small DOM and formatting helpers shared by the panel's screens (docs/panel.md).
 // Text always goes in through textContent, never as HTML, so nothing a contract or a node says can
 // inject markup. Countdowns live here too: they are computed from the server's observed_at
 // (seed 003 §3.2) and then counted down locally against performance.now(), never the browser's

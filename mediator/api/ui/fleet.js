@@ -1,15 +1,20 @@
-// S1 — fleet and runs (api.md §4). A card per live node: label, capabilities, drain state, the
+// S1 — fleet and runs (docs/panel.md). A card per live node: label, capabilities, drain state, the
 // run its lease belongs to and a countdown to its advert's expires_at. Below, the run list with
-// state chips that filter it. A QUEUED run is a real row with its queue position and wait reason
-// (read from GET /v1/runs/{id}, which computes both on demand); it sits on no node card, because a
-// queued run holds no node (seed 000 §6, mediator.md I3) — the cards show only what leases say.
+// state chips that filter it. A QUEUED run is a real row with its queue position and wait reason,
+// which GET /v1/runs gives for the whole page (issue 15 §4: before, one GET /v1/runs/{id} per
+// queued row, up to 50 a refresh); it sits on no node card, because a queued run holds no node
+// (docs/design.md I3) — the cards show only what leases say.
+//
+// What blocks the lab (issue 15 §5): a running run whose ask waits for a person holds its nodes
+// and so the queue behind them — its row carries an ask badge, and the header counts the queued
+// and running runs, the open asks and the idle and draining nodes. Three requests a refresh:
+// nodes, runs, asks.
 
 import { api } from "./api.js";
 import { el, fill, pairs, countdown, timeCell } from "./dom.js";
 
 export const RUN_STATES = ["QUEUED", "RUNNING", "PASSED", "FAILED"];
 const RUN_LIMIT = 100;
-const QUEUED_DETAILS = 50; // queued rows whose position and reason are fetched each refresh
 
 export function fleetScreen(root, params, ctx) {
   const filter = RUN_STATES.includes(params.get("state")) ? params.get("state") : "";
@@ -32,25 +37,39 @@ export function fleetScreen(root, params, ctx) {
       runs));
 
   async function refresh() {
-    const [fleet, list] = await Promise.all([api.nodes(), api.runs(filter, RUN_LIMIT)]);
+    const [fleet, list, open] = await Promise.all([api.nodes(), api.runs(filter, RUN_LIMIT), api.asks()]);
     const receivedAt = performance.now();
-    const queued = list.runs.filter((r) => r.state === "QUEUED").slice(0, QUEUED_DETAILS);
-    const details = new Map();
-    await Promise.all(queued.map(async (r) => {
-      try {
-        details.set(r.run_id, await api.run(r.run_id));
-      } catch {
-        // gone or promoted between the two reads: the row shows without its reason this time
-      }
-    }));
+    const asks = new Map();
+    for (const a of open.asks) asks.set(a.run_id, [...(asks.get(a.run_id) || []), a]);
+    drawCounts(list.counts || {}, open.asks, fleet);
     drawNodes(cards, fleet, receivedAt);
-    drawRuns(runs, list, details, filter, ctx);
+    drawRuns(runs, list, asks, filter, ctx);
   }
 
   return { refresh, title: "Fleet & runs" };
 }
 
 const runHref = (runId) => `#/runs/${encodeURIComponent(runId)}`;
+
+// The header's counts: what waits, what runs, what waits for a person, which nodes are free.
+function drawCounts(counts, asks, fleet) {
+  const container = document.getElementById("counts");
+  if (!container) return;
+  const idle = fleet.nodes.filter((n) => !n.lease && !n.drain).length;
+  const draining = fleet.nodes.filter((n) => n.drain).length;
+  const item = (key, n, label, extra = {}) =>
+    el("a", { class: `count count-${key}${n ? "" : " zero"}`, "data-count": key, ...extra },
+      el("b", { text: String(n) }), ` ${label}`);
+  const firstAsk = asks.length ? runHref(asks[0].run_id) : null;
+  fill(container,
+    item("queued", counts.queued || 0, "queued", { href: "#/?state=QUEUED" }),
+    item("running", counts.running || 0, "running", { href: "#/?state=RUNNING" }),
+    item("asks", asks.length, asks.length === 1 ? "waiting for an answer" : "waiting for answers",
+      firstAsk ? { href: firstAsk, title: "open the first run that waits for an answer" } : {}),
+    item("idle", idle, idle === 1 ? "idle node" : "idle nodes"),
+    item("draining", draining, draining === 1 ? "draining node" : "draining nodes"));
+  container.hidden = false;
+}
 
 function drawNodes(container, fleet, receivedAt) {
   if (!fleet.nodes.length) {
@@ -84,40 +103,48 @@ function nodeCard(n, observedAt, receivedAt) {
       el("dd", { class: "advert" }, "expires in ", countdown(n.expires_at, observedAt, receivedAt))));
 }
 
-function drawRuns(container, list, details, filter, ctx) {
+function drawRuns(container, list, asks, filter, ctx) {
   if (!list.runs.length) {
     fill(container, el("p", { class: "muted empty", text: filter ? `No ${filter} run.` : "No run yet." }));
     return;
   }
   const columns = ["run", "state", "waiting / where", "steps now", "work", "created", "ended"];
   const head = el("tr", {}, columns.map((h) => el("th", { text: h })));
-  const rows = list.runs.map((r) => runRow(r, details.get(r.run_id), list.observed_at, ctx));
+  const rows = list.runs.map((r) => runRow(r, asks.get(r.run_id) || [], list.observed_at, ctx));
   const note = list.runs.length >= RUN_LIMIT
     ? el("p", { class: "muted", text: `The latest ${RUN_LIMIT} runs are shown.` })
     : null;
   fill(container, el("table", { class: "run-list" }, el("thead", {}, head), el("tbody", {}, rows)), note);
 }
 
-function runRow(r, detail, observedAt, ctx) {
+function runRow(r, asks, observedAt, ctx) {
   const open = () => ctx.navigate(runHref(r.run_id));
-  return el("tr", { class: "run-row", "data-run": r.run_id, "data-state": r.state, onclick: open },
-    el("td", {}, el("a", { class: "run-id", href: runHref(r.run_id), text: r.run_id })),
-    el("td", {}, el("span", { class: `pill state-${r.state}`, text: r.state }),
+  // data-label: the column's name, shown beside each cell when a narrow screen stacks them
+  const cell = (label, attrs, ...children) => el("td", { "data-label": label, ...attrs }, ...children);
+  return el("tr", { class: `run-row${asks.length ? " has-ask" : ""}`, "data-run": r.run_id,
+    "data-state": r.state, onclick: open },
+    cell("run", {}, el("a", { class: "run-id", href: runHref(r.run_id), text: r.run_id })),
+    cell("state", {}, el("span", { class: `pill state-${r.state}`, text: r.state }),
       r.verdict ? el("span", { class: "verdict", text: ` ${r.verdict}` }) : null),
-    el("td", { class: "where" }, where(r, detail)),
-    el("td", { class: "current" }, (r.current || []).map((c) =>
-      el("div", { text: `${c.node}: ${c.step}${c.attempt > 1 ? ` (attempt ${c.attempt})` : ""}` }))),
-    el("td", { class: "work", text: r.work_id || "" }),
-    el("td", {}, timeCell(r.created_at, observedAt)),
-    el("td", {}, r.ended_at ? timeCell(r.ended_at, observedAt) : ""));
+    cell("waiting / where", { class: "where" }, where(r)),
+    cell("steps now", { class: "current" },
+      asks.map((a) => el("a", { class: "ask-badge", href: runHref(r.run_id), "data-ask": a.ask_id,
+        title: `Open the run to answer: ${a.question}` },
+        el("b", { text: "ask" }), " waiting for an answer: ", el("q", { text: a.question }))),
+      (r.current || []).map((c) =>
+        el("div", { text: `${c.node}: ${c.step}${c.attempt > 1 ? ` (attempt ${c.attempt})` : ""}` }))),
+    cell("work", { class: "work", text: r.work_id || "" }),
+    cell("created", {}, timeCell(r.created_at, observedAt)),
+    cell("ended", {}, r.ended_at ? timeCell(r.ended_at, observedAt) : ""));
 }
 
 // What a person wants to know in the middle column: why a queued run waits, where a running run
 // runs, why a refused run was refused.
-function where(r, detail) {
+function where(r) {
   if (r.state === "QUEUED") {
-    if (!detail || detail.queue_position === undefined) return el("span", { class: "muted", text: "queued" });
-    return el("div", { class: "queued" }, queueLine(detail));
+    // promoted between the page's statements: the next refresh shows it running
+    if (r.queue_position === undefined) return el("span", { class: "muted", text: "queued" });
+    return el("div", { class: "queued" }, queueLine(r));
   }
   if (r.reject) return el("span", { class: "reject", text: r.reject.message || r.reject.code });
   if (r.assigned) {

@@ -1,5 +1,5 @@
 // The work graph of S2 as inline SVG: one box per step, coloured by its state, and an arrow for
-// every name in a step's `after` (api.md §4). The layout is layered: a step's column is the length
+// every name in a step's `after` (panel.md). The layout is layered: a step's column is the length
 // of the longest `after` chain leading to it, so every arrow points right; within a column, steps
 // sit near the average height of what they wait for (one barycentre pass), which keeps most arrows
 // short and uncrossed. `layout` is pure (steps in, coordinates out); `drawGraph` only paints it.

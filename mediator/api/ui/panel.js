@@ -1,4 +1,4 @@
-// The Mediator's panel (api.md §4): hash routing between S1 (#/, #/?state=QUEUED) and S2
+// The Mediator's panel (docs/panel.md): hash routing between S1 (#/, #/?state=QUEUED) and S2
 // (#/runs/<run_id>), and the refresh loop that re-reads the API every 5 s. Settings come from the
 // page URL so an operator or a test can change them without a build step:
 //   ?refresh=<ms>   the refresh interval (default 5000; tests use a few hundred ms)
@@ -40,6 +40,7 @@ function mount() {
   const r = route();
   const root = el("div", { class: `screen screen-${r.name}` });
   fill(view, root);
+  document.getElementById("counts").hidden = true; // S1 shows it again with fresh figures
   screen = r.name === "run" ? runScreen(root, r.runId, ctx) : fleetScreen(root, r.params, ctx);
   document.title = `${screen.title} · Mediator`;
   for (const link of document.querySelectorAll("nav a[data-route]")) {

@@ -1,8 +1,8 @@
-// S2 — one run's work graph (api.md §4). The steps exist from submit (R5), so the graph is drawn
+// S2 — one run's work graph (panel.md). The steps exist from submit (R5), so the graph is drawn
 // while the run is still QUEUED, with its queue position and wait reason above it; once running,
 // each box says which node took it, the attempt and what was `chosen`. Open asks of the run are
 // answered in place (POST /v1/asks/{id}/answer). The record link leads to the record manifest,
-// which is sealed once the run ends (mediator.md I6).
+// which is sealed once the run ends (docs/design.md I6).
 
 import { api, auth, openWithToken } from "./api.js";
 import { el, fill, pairs, clockTime, duration } from "./dom.js";
