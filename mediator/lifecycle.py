@@ -267,8 +267,8 @@ class LifecycleMixin:
     def _refuse_claim(
         run_id: str, seq: int, node_id: str, instance: str | None, why: ClaimRefusal | None
     ) -> None:
-        """Raise the error a claim that matched nothing deserves, in the order of mediator.md
-        §7.4; return only if every condition holds now (the caller tries again)."""
+        """Raise the error a claim that matched nothing deserves, in the order of
+        docs/design.md §9; return only if every condition holds now (the caller tries again)."""
         if why is None:
             raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
         if why.step_seq is None:
