@@ -46,7 +46,7 @@ from mediator.match import (
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
 from mediator.rows import Fleet, FleetNode, Run, RunList
-from mediator.states import RunState, StepState, Verdict
+from mediator.states import RunState, StepState, Verdict, run_transition, step_transition
 from mediator.store.db import Store, Tx
 
 log = logging.getLogger("mediator")
@@ -419,7 +419,11 @@ class Mediator(LifecycleMixin):
         return Submission(422, run)
 
     def _step_rows(
-        self, parsed: contract_mod.Contract, state: str, assigned: dict[str, str] | None
+        self,
+        parsed: contract_mod.Contract,
+        state: str,
+        assigned: dict[str, str] | None,
+        chosen: dict[str, dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
         return [
             {
@@ -433,7 +437,7 @@ class Mediator(LifecycleMixin):
                 "ask": s.ask,
                 "state": state,
                 "node_id": (assigned or {}).get(s.role, "") if s.kind == "exec" else "",
-                "chosen": None,
+                "chosen": (chosen or {}).get(s.role) if s.kind == "exec" else None,
             }
             for s in parsed.steps
         ]
@@ -472,11 +476,28 @@ class Mediator(LifecycleMixin):
         run_id, parsed, needs = new.run_id, new.parsed, new.needs
         assigned = dict(res.roles)
         by_id = {n.node_id: n for n in fleet}
+        if not any(s.kind == "ask" for s in parsed.steps):
+            # issue 13: the whole CreateRun in one statement (raiseAsks has nothing to raise).
+            nodes = sorted(set(assigned.values()))
+            chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
+            events = [
+                {"kind": "submitted", "data": {"state": "RUNNING", "assigned": assigned}},
+                *({"node_id": n, "kind": "lease_granted", "data": {}} for n in nodes),
+            ]
+            return self._create(
+                new,
+                RunState.RUNNING,
+                StepState.PENDING,
+                events,
+                assigned=assigned,
+                chosen=chosen,
+                leases=[{"node_id": n, "instance": by_id[n].instance} for n in nodes],
+            )
         with self.store.tx() as tx:
             row = self._insert(tx, new, RunState.RUNNING, StepState.PENDING, assigned=assigned)
             if row is None:
                 return None
-            has_asks = any(s.kind == "ask" for s in parsed.steps)
+            has_asks = True
             asks = self._acquire(
                 tx, run_id, assigned, needs, by_id, promoted=False, has_asks=has_asks
             )
@@ -520,31 +541,57 @@ class Mediator(LifecycleMixin):
         tx.insert_events(events)
         return asks
 
-    def _create_queued_run(self, new: _NewRun) -> Run | None:
-        """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5)."""
-        with self.store.tx() as tx:
-            row = self._insert(tx, new, RunState.QUEUED, StepState.PENDING)
-            if row is None:
-                return None
-            tx.insert_events(
-                [{"run_id": new.run_id, "kind": "submitted", "data": {"state": "QUEUED"}}]
+    def _create(
+        self,
+        new: _NewRun,
+        state: RunState,
+        step_state: StepState,
+        events: list[dict[str, Any]],
+        *,
+        verdict: Verdict | None = None,
+        assigned: dict[str, str] | None = None,
+        chosen: dict[str, dict[str, Any]] | None = None,
+        reject: dict[str, Any] | None = None,
+        leases: list[dict[str, str]] | None = None,
+    ) -> Run | None:
+        """A submit's write as one autocommit statement (issue 13): needs class, run, steps,
+        leases, events; the run as committed, or None if the run_id exists (R3). NodeTaken
+        (R2) leaves nothing written. ``state`` and ``step_state`` are edges from no row."""
+        run_transition(None, state)
+        step_transition(None, step_state)
+        with self.store.autocommit() as tx:
+            return tx.create_run(
+                run={
+                    "run_id": new.run_id,
+                    "work_id": new.parsed.work_id,
+                    "state": state,
+                    "verdict": verdict,
+                    "contract": new.doc,
+                    "needs_key": new.key,
+                    "assigned": assigned,
+                    "reject": reject,
+                    "submitter": new.submitter,
+                },
+                needs=new.needs,
+                steps=self._step_rows(new.parsed, step_state, assigned, chosen),
+                leases=leases or [],
+                events=events,
+                ttl_s=self.config.lease_ttl_seconds,
             )
-            # The 202 body is the run exactly as committed: read it inside the transaction.
-            return Run(**{**row.__dict__, "steps": tuple(tx.steps(new.run_id))})
+
+    def _create_queued_run(self, new: _NewRun) -> Run | None:
+        """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5).
+        The 202 body is the run exactly as committed."""
+        events = [{"kind": "submitted", "data": {"state": "QUEUED"}}]
+        return self._create(new, RunState.QUEUED, StepState.PENDING, events)
 
     def _create_rejected_run(self, new: _NewRun, res: Reject) -> Run | None:
         """R1: no node could ever serve it (or too wide at t=0) → FAILED/rejected, steps SKIPPED."""
         reject = res.as_dict()
-        with self.store.tx() as tx:
-            row = self._insert(
-                tx, new, RunState.FAILED, StepState.SKIPPED, verdict=Verdict.REJECTED, reject=reject
-            )
-            if row is None:
-                return None
-            tx.insert_events(
-                [{"run_id": new.run_id, "kind": "rejected", "data": {"reject": reject}}]
-            )
-            return Run(**{**row.__dict__, "steps": tuple(tx.steps(new.run_id))})
+        events = [{"kind": "rejected", "data": {"reject": reject}}]
+        return self._create(
+            new, RunState.FAILED, StepState.SKIPPED, events, verdict=Verdict.REJECTED, reject=reject
+        )
 
     # ---- WakeQueued (docs/design.md §6, R6–R12) ----------------------------------------------
     def wake_queued(self) -> WakeReport:
@@ -710,13 +757,13 @@ class Mediator(LifecycleMixin):
                 "drain must be '', 'graceful' or 'at-boundary'.", field="policy.drain"
             )
         ttl = self.config.advert_ttl_seconds
-        with self.store.tx() as tx:
-            prev = tx.upsert_advert(node_id, label, principal or "", caps, instance, drain, ttl)
-            if prev is None:
-                raise Forbidden(
-                    f"Node {node_id} belongs to another principal.", code="not_your_node"
-                )
-            tx.renew_leases(node_id, instance, self.config.lease_ttl_seconds)
+        lease_ttl = self.config.lease_ttl_seconds
+        with self.store.autocommit() as tx:  # one statement: upsert and lease renewal (issue 13)
+            prev = tx.upsert_advert(
+                node_id, label, principal or "", caps, instance, drain, ttl, lease_ttl
+            )
+        if prev is None:
+            raise Forbidden(f"Node {node_id} belongs to another principal.", code="not_your_node")
         released = False
         if not prev.inserted and (prev.prev_instance != instance or drain == "at-boundary"):
             # (a node advertising for the first time holds no lease to check)

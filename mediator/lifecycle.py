@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
 from mediator.errors import Conflict, ContractError, Forbidden, NotFound
-from mediator.rows import Ask, Run, Step
+from mediator.rows import Ask, ClaimRefusal, Run, Step
 from mediator.states import (
     TERMINAL_RUN,
     TERMINAL_STEP,
@@ -223,10 +223,16 @@ class LifecycleMixin:
     ) -> tuple[Run, list[Step], Step]:
         """Lock the run, then its steps (the locking rule); with ``node_id``, refuse a step
         that belongs to another node (403 ``not_your_step``)."""
-        run = tx.get_run(run_id, lock=True)
+        run, steps, step, _ = self._locked_with_node(tx, run_id, seq, node_id)
+        return run, steps, step
+
+    def _locked_with_node(
+        self, tx: Tx, run_id: str, seq: int, node_id: str | None = None
+    ) -> tuple[Run, list[Step], Step, dict[str, Any] | None]:
+        """:meth:`_locked` and the node's row, read in the same statement (issue 13)."""
+        run, steps, node = tx.lock_run_steps(run_id, node_id)
         if run is None:
             raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
-        steps = tx.lock_steps(run_id)
         step = next((s for s in steps if s.seq == seq), None)
         if step is None:
             raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
@@ -234,7 +240,7 @@ class LifecycleMixin:
             raise Forbidden(
                 f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
             )
-        return run, steps, step
+        return run, steps, step, node
 
     def claim(self, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:
         """PENDING → CLAIMED for the node the step belongs to.
@@ -244,36 +250,49 @@ class LifecycleMixin:
             Conflict: ``run_ended``, ``stale_instance``, ``draining``, ``already_claimed`` or
                 ``not_claimable`` (409).
         """
-        with self.store.tx() as tx:
-            run, steps, step = self._locked(tx, run_id, seq, node_id)
-            if run.state != RunState.RUNNING:
-                raise Conflict(f"Run {run_id} has ended ({run.state}).", code="run_ended")
-            node = tx.node_row(node_id)
-            current = node["instance"] if node else ""
-            if instance is not None and instance != current:
-                raise Conflict(
-                    "This daemon instance is stale; advertise again first.", code="stale_instance"
-                )
-            if node and node["drain"] == "at-boundary":
-                raise Conflict(f"Node {node_id} is draining at the step boundary.", code="draining")
-            if step.state == StepState.CLAIMED:
-                raise Conflict(
-                    f"Step {seq} of run {run_id} is already claimed.", code="already_claimed"
-                )
-            passed = {s.name for s in steps if s.state == StepState.PASSED}
-            if (
-                step.state != StepState.PENDING
-                or step.kind != "exec"
-                or not set(step.after) <= passed
-            ):
-                raise Conflict(
-                    f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable"
-                )
-            step_transition(step.state, StepState.CLAIMED)
-            claimed = tx.claim_step(run_id, seq, current)
-            assert claimed is not None  # the run and step rows are locked
-            tx.insert_events([_ev(run_id, "claimed", node_id, seq=seq, attempt=claimed.attempt)])
-        return claimed
+        step_transition(StepState.PENDING, StepState.CLAIMED)  # the only move a claim makes
+        # issue 13: one guarded statement; the read that picks the error code runs only when it
+        # matched nothing. A refusal read that finds the step claimable after all (a
+        # concurrent change between the two statements) tries the claim again.
+        for _ in range(3):
+            with self.store.autocommit() as tx:
+                claimed = tx.claim_step(run_id, seq, node_id, instance)
+                if claimed is not None:
+                    return claimed
+                why = tx.claim_refusal(run_id, seq, node_id)
+            self._refuse_claim(run_id, seq, node_id, instance, why)
+        raise Conflict(f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable")
+
+    @staticmethod
+    def _refuse_claim(
+        run_id: str, seq: int, node_id: str, instance: str | None, why: ClaimRefusal | None
+    ) -> None:
+        """Raise the error a claim that matched nothing deserves, in the order of
+        docs/design.md §9; return only if every condition holds now (the caller tries again)."""
+        if why is None:
+            raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+        if why.step_seq is None:
+            raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
+        if why.step_node != node_id:
+            raise Forbidden(
+                f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
+            )
+        if why.run_state != RunState.RUNNING:
+            raise Conflict(f"Run {run_id} has ended ({why.run_state}).", code="run_ended")
+        if instance is not None and instance != why.node_instance:
+            raise Conflict(
+                "This daemon instance is stale; advertise again first.", code="stale_instance"
+            )
+        if why.node_drain == "at-boundary":
+            raise Conflict(f"Node {node_id} is draining at the step boundary.", code="draining")
+        if why.step_state == StepState.CLAIMED:
+            raise Conflict(
+                f"Step {seq} of run {run_id} is already claimed.", code="already_claimed"
+            )
+        if why.step_state != StepState.PENDING or why.step_kind != "exec" or not why.after_passed:
+            raise Conflict(
+                f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable"
+            )
 
     def report(
         self,
@@ -306,8 +325,7 @@ class LifecycleMixin:
         rolled = False
         change = _Change(run_id)
         with self.store.tx() as tx:
-            run, steps, step = self._locked(tx, run_id, seq, node_id)
-            node = tx.node_row(node_id)
+            run, steps, step, node = self._locked_with_node(tx, run_id, seq, node_id)
             current = node["instance"] if node else ""
             inst = current if instance is None else instance
             fresh = step.state == StepState.CLAIMED and step.attempt == attempt

@@ -179,9 +179,16 @@ class EmbeddedPostgres:
         data_dir: keep the cluster here across restarts (``mediator serve --data``); ``None`` makes
             a throw-away cluster that is deleted by :meth:`stop`.
         database: the database created for the caller (``mediator`` by default).
+        server_settings: extra ``name=value`` settings passed with ``-c`` at start, e.g. the
+            statement-counting bench's ``shared_preload_libraries=pg_stat_statements``.
     """
 
-    def __init__(self, data_dir: str | None = None, database: str = "mediator") -> None:
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        database: str = "mediator",
+        server_settings: tuple[str, ...] = (),
+    ) -> None:
         initdb, postgres = find_server_binaries()
         self.run_as = RunAs.pick()
         self.ephemeral = data_dir is None
@@ -201,6 +208,8 @@ class EmbeddedPostgres:
             for s in EPHEMERAL_SETTINGS:
                 settings += ["-c", s]
         settings += ["-c", "max_connections=200"]
+        for s in server_settings:
+            settings += ["-c", s]
         self._pg: Any = _Cluster(
             base_dir=base_dir,
             initdb=initdb,

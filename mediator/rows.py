@@ -206,6 +206,20 @@ class AdvertResult:
 
 
 @dataclass(frozen=True)
+class ClaimRefusal:
+    """Why a guarded claim matched nothing (issue 13): read only on that path."""
+
+    run_state: str
+    step_seq: int | None
+    step_node: str | None
+    step_state: str | None
+    step_kind: str | None
+    node_instance: str
+    node_drain: str
+    after_passed: bool | None
+
+
+@dataclass(frozen=True)
 class Ask(_Row):
     ask_id: int
     run_id: str

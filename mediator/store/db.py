@@ -4,8 +4,10 @@ It owns the connection pool, runs the named queries of ``queries.sql``, turns ro
 dataclasses of ``mediator.rows`` and driver errors into ``mediator.errors`` (procrastinate's
 connector pattern), so flows, the API and the simulator never see a driver type.
 
-Every transaction starts by setting ``mediator.now`` when a clock is given (design.md §13): that is
-how the simulator's virtual time reaches every ``mediator_now()`` in SQL.
+Every named query reads time as ``mediator_now(%(now)s)`` and every statement carries the clock's
+instant as its ``now`` parameter (docs/design.md §13; NULL without a clock: the server's ``now()``):
+that is how the simulator's virtual time reaches SQL without a ``set_config`` round trip of its
+own (issue 13). Only ``read_only`` analytics still set ``mediator.now`` for hand-written SQL.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
 from mediator.rows import (
     AdvertResult,
     Ask,
+    ClaimRefusal,
     FleetNode,
     Lease,
     NeedsClass,
@@ -42,7 +45,7 @@ from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -57,16 +60,21 @@ def _map_error(exc: psycopg.Error) -> MediatorError:
     return err
 
 
+def _event(e: dict[str, Any]) -> dict[str, Any]:
+    return {"node_id": e.get("node_id", ""), "kind": e["kind"], "data": e.get("data", {})}
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], now: datetime | None = None) -> None:
         self.conn = conn
+        self.now = now  # the clock's instant for every statement of this Tx (None: the server's)
 
     # ---- plumbing ----------------------------------------------------------------------------
     def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> list[Any]:
         with self.conn.cursor(row_factory=row or dict_row) as cur:
-            cur.execute(QUERIES[name], params or {}, prepare=True)
+            cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.fetchall() if cur.description else []
 
     def _one(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> Any:
@@ -75,7 +83,7 @@ class Tx:
 
     def _exec(self, name: str, params: dict[str, Any] | None = None) -> int:
         with self.conn.cursor() as cur:
-            cur.execute(QUERIES[name], params or {}, prepare=True)
+            cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.rowcount
 
     # ---- reads -------------------------------------------------------------------------------
@@ -162,6 +170,28 @@ class Tx:
     def lock_steps(self, run_id: str) -> list[Step]:
         return self._rows("lock_steps", {"run_id": run_id}, row=class_row(Step))
 
+    def lock_run_steps(
+        self, run_id: str, node_id: str | None = None
+    ) -> tuple[Run | None, list[Step], dict[str, Any] | None]:
+        """Lock the run, then its steps, in one statement (issue 13); with the row of
+        ``node_id`` as ``node_row`` reads it (None: no such node)."""
+        rows = self._rows("lock_run_steps", {"run_id": run_id, "node_id": node_id})
+        if not rows:
+            return None, [], None
+        first = rows[0]
+        run = Run(**{k: v for k, v in first.items() if not k.startswith(("s_", "n_"))})
+        steps = [
+            Step(run_id=run.run_id, **{k[2:]: v for k, v in r.items() if k.startswith("s_")})
+            for r in rows
+            if r["s_seq"] is not None
+        ]
+        node = (
+            {k[2:]: v for k, v in first.items() if k.startswith("n_")}
+            if first["n_node_id"] is not None
+            else None
+        )
+        return run, steps, node
+
     def node_row(self, node_id: str) -> dict[str, Any] | None:
         return self._one("node_row", {"node_id": node_id})  # type: ignore[no-any-return]
 
@@ -220,9 +250,14 @@ class Tx:
         self._exec("outage_shift_leases", params)
 
     # ---- lifecycle writes ----------------------------------------------------------------------
-    def claim_step(self, run_id: str, seq: int, instance: str) -> Step | None:
-        params = {"run_id": run_id, "seq": seq, "instance": instance}
+    def claim_step(self, run_id: str, seq: int, node_id: str, instance: str | None) -> Step | None:
+        """The guarded claim and its event in one statement; None when a condition failed."""
+        params = {"run_id": run_id, "seq": seq, "node_id": node_id, "instance": instance}
         return self._one("claim_step", params, row=class_row(Step))  # type: ignore[no-any-return]
+
+    def claim_refusal(self, run_id: str, seq: int, node_id: str) -> ClaimRefusal | None:
+        params = {"run_id": run_id, "seq": seq, "node_id": node_id}
+        return self._one("claim_refusal", params, row=class_row(ClaimRefusal))  # type: ignore[no-any-return]
 
     def finish_step(self, run_id: str, seq: int, state: str, log: str = "") -> None:
         self._exec("finish_step", {"run_id": run_id, "seq": seq, "state": state, "log": log})
@@ -269,7 +304,10 @@ class Tx:
         instance: str,
         drain: str,
         ttl_s: float,
+        lease_ttl_s: float | None = None,
     ) -> AdvertResult | None:
+        """The advert upsert; with ``lease_ttl_s``, this instance's leases are renewed in the same
+        statement (issue 13: a heartbeat is one statement). None: another principal's node."""
         params = {
             "node_id": node_id,
             "label": label,
@@ -278,12 +316,9 @@ class Tx:
             "instance": instance,
             "drain": drain,
             "ttl": ttl_s,
+            "lease_ttl": lease_ttl_s,
         }
         return self._one("upsert_advert", params, row=class_row(AdvertResult))  # type: ignore[no-any-return]
-
-    def renew_leases(self, node_id: str, instance: str, ttl_s: float) -> list[str]:
-        rows = self._rows("renew_leases", {"node_id": node_id, "instance": instance, "ttl": ttl_s})
-        return [r["run_id"] for r in rows]
 
     def insert_needs_class(self, needs_key: str, needs: dict[str, Any]) -> None:
         self._exec("insert_needs_class", {"needs_key": needs_key, "needs": Jsonb(needs)})
@@ -314,6 +349,52 @@ class Tx:
             "submitter": submitter,
         }
         return self._one("insert_run", params, row=class_row(Run))  # type: ignore[no-any-return]
+
+    def create_run(
+        self,
+        *,
+        run: dict[str, Any],
+        needs: dict[str, Any],
+        steps: list[dict[str, Any]],
+        leases: list[dict[str, str]],
+        events: list[dict[str, Any]],
+        ttl_s: float,
+    ) -> Run | None:
+        """Everything a submit writes, in one statement (issue 13): ``run`` holds insert_run's
+        fields; ``events`` their node_id, kind and data (the run_id is the run's). Returns the
+        run with its steps as committed, or None when the run_id exists already (R3).
+
+        Raises:
+            NodeTaken: a lease conflicts (R2); nothing was written.
+        """
+        params = {
+            **run,
+            "contract": Jsonb(run["contract"]),
+            "assigned": Jsonb(run["assigned"]) if run["assigned"] is not None else None,
+            "reject": Jsonb(run["reject"]) if run["reject"] is not None else None,
+            "needs": Jsonb(needs),
+            "steps": Jsonb(steps),
+            "leases": Jsonb(leases),
+            "events": Jsonb([_event(e) for e in events]),
+            "ttl": ttl_s,
+        }
+        try:
+            rows = self._rows("create_run", params)
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DeadlockDetected,
+            psycopg.errors.LockNotAvailable,
+        ) as exc:
+            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+        if not rows:
+            return None
+        head = {k: v for k, v in rows[0].items() if not k.startswith("s_")}
+        steps_out = tuple(
+            Step(run_id=head["run_id"], **{k[2:]: v for k, v in r.items() if k.startswith("s_")})
+            for r in rows
+            if r["s_seq"] is not None
+        )
+        return Run(**head, steps=steps_out)
 
     def insert_steps(self, run_id: str, steps: list[dict[str, Any]]) -> None:
         self._exec("insert_steps", {"run_id": run_id, "steps": Jsonb(steps)})
@@ -520,6 +601,10 @@ class Store:
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
 
+    def _instant(self) -> datetime | None:
+        """The clock's instant for a Tx's statements (issue 13: a parameter, not a statement)."""
+        return self.clock() if self.clock is not None else None
+
     def _set_clock(self, conn: psycopg.Connection[Any]) -> None:
         """Give the connection the clock's instant before it is used (docs/design.md §13).
 
@@ -579,10 +664,8 @@ class Store:
     def tx(self) -> Iterator[Tx]:
         """A transaction; on any exception it rolls back and the error is re-raised as ours."""
         try:
-            with self._connection(self._timeout()) as conn:
-                self._set_clock(conn)
-                with conn.transaction():
-                    yield Tx(conn)
+            with self._connection(self._timeout()) as conn, conn.transaction():
+                yield Tx(conn, self._instant())
             self._ok()
         except MediatorError:
             raise
@@ -597,8 +680,7 @@ class Store:
         statements that are atomic on their own."""
         try:
             with self._connection(self._timeout()) as conn:
-                self._set_clock(conn)
-                yield Tx(conn)
+                yield Tx(conn, self._instant())
             self._ok()
         except MediatorError:
             raise

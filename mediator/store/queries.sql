@@ -1,7 +1,9 @@
 -- Named queries, loaded once into a dict by mediator/store/queries.py (procrastinate's pattern).
 -- A block starts with a line `-- name --`; the comment lines that follow say why.
--- Every statement reads time through mediator_now() (design.md §13). In scans over many rows it
--- is written (SELECT mediator_now()) so it is evaluated once (docs/architecture.md).
+-- Every statement reads time through mediator_now(%(now)s) (docs/design.md §13): the store passes the
+-- clock's instant with every statement (NULL without a clock: the server's now()), so virtual time
+-- costs no statement of its own (issue 13). In scans over many rows it is written
+-- (SELECT mediator_now(%(now)s)) so it is evaluated once (docs/architecture.md).
 
 -- schema_version --
 SELECT version FROM schema_version
@@ -9,14 +11,14 @@ SELECT version FROM schema_version
 -- observed_at --
 -- Read before the rows (seed 003 §3.2): every expires_at in the answer is then > observed_at,
 -- so a countdown computed from it is never negative.
-SELECT mediator_now() AS observed_at
+SELECT mediator_now(%(now)s) AS observed_at
 
 -- fleet --
 -- LiveAdverts, BusyNodes and DrainingNodes in one read: the matcher's whole input.
 SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now()
+WHERE n.expires_at > mediator_now(%(now)s)
 ORDER BY n.node_id
 
 -- fleet_for --
@@ -28,7 +30,7 @@ ORDER BY n.node_id
 SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now()
+WHERE n.expires_at > mediator_now(%(now)s)
   AND EXISTS (
       SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
       WHERE NOT EXISTS (
@@ -44,7 +46,7 @@ ORDER BY n.node_id
 -- live_adverts --
 SELECT node_id, capabilities, instance, drain
 FROM nodes
-WHERE expires_at > mediator_now()
+WHERE expires_at > mediator_now(%(now)s)
 ORDER BY node_id
 
 -- busy_nodes --
@@ -53,13 +55,13 @@ SELECT node_id FROM leases ORDER BY node_id
 -- draining_nodes --
 -- Expired nodes are left out: the candidates come from live adverts, so the two lists use one
 -- criterion and cannot drift apart (seed 003 §5).
-SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now() ORDER BY node_id
+SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now(%(now)s) ORDER BY node_id
 
 -- unavailable_nodes --
 -- busy ∪ draining (FR-11 central side); match() knows nothing of drain.
 SELECT node_id FROM leases
 UNION
-SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now()
+SELECT node_id FROM nodes WHERE drain <> '' AND expires_at > mediator_now(%(now)s)
 ORDER BY node_id
 
 -- upsert_advert --
@@ -68,31 +70,38 @@ ORDER BY node_id
 -- drain change and lose wake 6). caps_changed is jsonb equality (key order and 1 vs 1.0 do
 -- not count as a change): wake 9. The WHERE binds a node to its first principal (§9): no row
 -- back means another principal owns this node_id.
-INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
-                        expires_at, prev_drain, prev_instance, prev_live)
-VALUES (%(node_id)s, %(label)s, %(principal)s, %(capabilities)s, %(instance)s, %(drain)s,
-        mediator_now(), mediator_now() + make_interval(secs => %(ttl)s), '', '', false)
-ON CONFLICT (node_id) DO UPDATE SET
-    prev_drain    = n.drain,
-    prev_instance = n.instance,
-    prev_live     = n.expires_at > mediator_now(),
-    caps_changed  = n.capabilities IS DISTINCT FROM EXCLUDED.capabilities,
-    label         = EXCLUDED.label,
-    capabilities  = EXCLUDED.capabilities,
-    instance      = EXCLUDED.instance,
-    drain         = EXCLUDED.drain,
-    seen_at       = EXCLUDED.seen_at,
-    expires_at    = EXCLUDED.expires_at
-WHERE n.principal = EXCLUDED.principal
-RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at,
-          n.caps_changed
-
--- renew_leases --
--- Adverts renew their node's lease (docs/design.md §10); a lease granted to another instance is
--- the restart case and is not renewed here.
-UPDATE leases SET not_after = mediator_now() + make_interval(secs => %(ttl)s)
-WHERE node_id = %(node_id)s AND instance = %(instance)s
-RETURNING run_id
+-- With the node's lease renewal in the same statement (issue 13: a heartbeat is one statement,
+-- and R14: a steady one never sweeps): the leases of this instance get lease_ttl more, only if
+-- the upsert wrote (the node is ours) and lease_ttl is given. A data-modifying CTE runs whether
+-- or not it is read; the node row is locked before any lease row, the locking order of docs/design.md §9.
+WITH up AS (
+    INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
+                            expires_at, prev_drain, prev_instance, prev_live)
+    VALUES (%(node_id)s, %(label)s, %(principal)s, %(capabilities)s, %(instance)s, %(drain)s,
+            mediator_now(%(now)s), mediator_now(%(now)s) + make_interval(secs => %(ttl)s),
+            '', '', false)
+    ON CONFLICT (node_id) DO UPDATE SET
+        prev_drain    = n.drain,
+        prev_instance = n.instance,
+        prev_live     = n.expires_at > mediator_now(%(now)s),
+        caps_changed  = n.capabilities IS DISTINCT FROM EXCLUDED.capabilities,
+        label         = EXCLUDED.label,
+        capabilities  = EXCLUDED.capabilities,
+        instance      = EXCLUDED.instance,
+        drain         = EXCLUDED.drain,
+        seen_at       = EXCLUDED.seen_at,
+        expires_at    = EXCLUDED.expires_at
+    WHERE n.principal = EXCLUDED.principal
+    RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at,
+              n.caps_changed
+), renewed AS (
+    UPDATE leases
+    SET not_after = mediator_now(%(now)s) + make_interval(secs => %(lease_ttl)s::float8)
+    WHERE node_id = %(node_id)s AND instance = %(instance)s
+      AND %(lease_ttl)s::float8 IS NOT NULL AND EXISTS (SELECT 1 FROM up)
+    RETURNING run_id
+)
+SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed FROM up
 
 -- list_nodes --
 -- seed 003 §3.1: LEFT JOIN on the lease primary key cannot multiply rows; principal and nonce
@@ -101,7 +110,7 @@ SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, 
        l.run_id AS lease_run_id, l.not_after AS lease_not_after
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now()
+WHERE n.expires_at > mediator_now(%(now)s)
 ORDER BY n.node_id
 
 -- list_runs --
@@ -174,9 +183,9 @@ ON CONFLICT (needs_key) DO NOTHING
 INSERT INTO runs (run_id, work_id, state, verdict, contract, needs_key, assigned, reject,
                   submitter, created_at, started_at, ended_at)
 VALUES (%(run_id)s, %(work_id)s, %(state)s, %(verdict)s, %(contract)s, %(needs_key)s,
-        %(assigned)s, %(reject)s, %(submitter)s, mediator_now(),
-        CASE WHEN %(state)s = 'RUNNING' THEN mediator_now() END,
-        CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now() END)
+        %(assigned)s, %(reject)s, %(submitter)s, mediator_now(%(now)s),
+        CASE WHEN %(state)s = 'RUNNING' THEN mediator_now(%(now)s) END,
+        CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now(%(now)s) END)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
           ended_at, sealed
@@ -190,20 +199,74 @@ FROM jsonb_to_recordset(%(steps)s) AS x(seq integer, name text, kind text, role 
                                         node_id text, chosen jsonb)
 ORDER BY x.seq
 
+-- create_run --
+-- A submit's whole write in one statement (issue 13; R5: steps exist from submit; R12's order;
+-- I1): the needs class, the run, its steps (for a 201 already carrying node_id and runAcquires'
+-- `chosen`), its leases in node_id order (docs/design.md §9), its events in order. A duplicate
+-- run_id is no row and nothing else is written (R3); a lease conflict fails the whole statement
+-- (NodeTaken: R2). Returns one row per step, the run's columns on each.
+WITH cls AS (
+    INSERT INTO needs_classes (needs_key, needs) VALUES (%(needs_key)s, %(needs)s)
+    ON CONFLICT (needs_key) DO NOTHING
+), run AS (
+    INSERT INTO runs (run_id, work_id, state, verdict, contract, needs_key, assigned, reject,
+                      submitter, created_at, started_at, ended_at)
+    VALUES (%(run_id)s, %(work_id)s, %(state)s, %(verdict)s, %(contract)s, %(needs_key)s,
+            %(assigned)s, %(reject)s, %(submitter)s, mediator_now(%(now)s),
+            CASE WHEN %(state)s = 'RUNNING' THEN mediator_now(%(now)s) END,
+            CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now(%(now)s) END)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
+              started_at, ended_at, sealed
+), st AS (
+    INSERT INTO steps (run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id,
+                       chosen)
+    SELECT r.run_id, x.seq, x.name, x.kind, x.role, x.uses, x."with", x.after, x.ask, x.state,
+           x.node_id, x.chosen
+    FROM run r,
+         jsonb_to_recordset(%(steps)s) AS x(seq integer, name text, kind text, role text,
+                                            uses text, "with" jsonb, after jsonb, ask text,
+                                            state text, node_id text, chosen jsonb)
+    ORDER BY x.seq
+    RETURNING run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, instance,
+              attempt, chosen, started_at, ended_at
+), ls AS (
+    INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
+    SELECT x.node_id, r.run_id, x.instance, mediator_now(%(now)s),
+           mediator_now(%(now)s) + make_interval(secs => %(ttl)s::float8)
+    FROM run r, jsonb_to_recordset(%(leases)s) AS x(node_id text, instance text)
+    ORDER BY x.node_id
+), ev AS (
+    INSERT INTO events (at, run_id, node_id, kind, data)
+    SELECT mediator_now(%(now)s), r.run_id, x.node_id, x.kind, x.data
+    FROM run r,
+         ROWS FROM (jsonb_to_recordset(%(events)s) AS (node_id text, kind text, data jsonb))
+         WITH ORDINALITY AS x(node_id, kind, data, ord)
+    ORDER BY x.ord
+)
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter,
+       r.created_at, r.started_at, r.ended_at, r.sealed,
+       s.seq AS s_seq, s.name AS s_name, s.kind AS s_kind, s.role AS s_role, s.uses AS s_uses,
+       s."with" AS s_with_, s.after AS s_after, s.ask AS s_ask, s.state AS s_state,
+       s.node_id AS s_node_id, s.instance AS s_instance, s.attempt AS s_attempt,
+       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at
+FROM run r LEFT JOIN st s ON true
+ORDER BY s.seq
+
 -- insert_leases --
 -- All of a run's leases in one statement, ordered by node_id so two transactions taking
 -- overlapping node sets lock them in the same order (docs/design.md §9). A conflict on the primary
 -- key is I1 at work: the caller maps it to NodeTaken (R2, R9).
 INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
-SELECT x.node_id, %(run_id)s, x.instance, mediator_now(),
-       mediator_now() + make_interval(secs => %(ttl)s)
+SELECT x.node_id, %(run_id)s, x.instance, mediator_now(%(now)s),
+       mediator_now(%(now)s) + make_interval(secs => %(ttl)s)
 FROM jsonb_to_recordset(%(leases)s) AS x(node_id text, instance text)
 ORDER BY x.node_id
 RETURNING node_id
 
 -- promote_run --
 -- R8: the AND state = 'QUEUED' makes a concurrent promotion or a cancel a quiet no-op (0 rows).
-UPDATE runs SET state = 'RUNNING', assigned = %(assigned)s, started_at = mediator_now()
+UPDATE runs SET state = 'RUNNING', assigned = %(assigned)s, started_at = mediator_now(%(now)s)
 WHERE run_id = %(run_id)s AND state = 'QUEUED'
 RETURNING run_id
 
@@ -228,23 +291,23 @@ WITH due AS (
     ORDER BY s.seq
     FOR UPDATE OF s
 ), asked AS (
-    UPDATE steps s SET state = 'ASKED', started_at = mediator_now()
+    UPDATE steps s SET state = 'ASKED', started_at = mediator_now(%(now)s)
     FROM due WHERE s.run_id = due.run_id AND s.seq = due.seq
     RETURNING s.seq
 ), ins AS (
     INSERT INTO asks (run_id, seq, question, raised_at)
-    SELECT run_id, seq, ask, mediator_now() FROM due ORDER BY seq
+    SELECT run_id, seq, ask, mediator_now(%(now)s) FROM due ORDER BY seq
     RETURNING ask_id, run_id, seq, question, raised_at
 ), ev AS (
     INSERT INTO events (at, run_id, kind, data)
-    SELECT mediator_now(), run_id, 'ask_raised', jsonb_build_object('ask_id', ask_id, 'seq', seq)
+    SELECT mediator_now(%(now)s), run_id, 'ask_raised', jsonb_build_object('ask_id', ask_id, 'seq', seq)
     FROM ins
 )
 SELECT ask_id, run_id, seq, question, raised_at FROM ins ORDER BY seq
 
 -- insert_events --
 INSERT INTO events (at, run_id, node_id, kind, data)
-SELECT mediator_now(), x.run_id, x.node_id, x.kind, x.data
+SELECT mediator_now(%(now)s), x.run_id, x.node_id, x.kind, x.data
 FROM ROWS FROM (jsonb_to_recordset(%(events)s)
                 AS (run_id text, node_id text, kind text, data jsonb)) WITH ORDINALITY
      AS x(run_id, node_id, kind, data, ord)
@@ -296,19 +359,87 @@ SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, 
        attempt, chosen, started_at, ended_at
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq FOR UPDATE
 
+-- lock_run_steps --
+-- The locking rule in one statement (issue 13): the run row first (the steps CTE reads its
+-- run_id, so it runs after the run is locked), then its steps in seq order; with the node row of
+-- %(node_id)s beside (not locked, as node_row). One row per step, the run's and the node's
+-- columns on each; no row: no such run.
+WITH r AS (
+    SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+           ended_at, sealed
+    FROM runs WHERE run_id = %(run_id)s FOR UPDATE
+), s AS (
+    SELECT run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, instance,
+           attempt, chosen, started_at, ended_at
+    FROM steps WHERE run_id = (SELECT run_id FROM r) ORDER BY seq FOR UPDATE
+)
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter,
+       r.created_at, r.started_at, r.ended_at, r.sealed,
+       s.seq AS s_seq, s.name AS s_name, s.kind AS s_kind, s.role AS s_role, s.uses AS s_uses,
+       s."with" AS s_with_, s.after AS s_after, s.ask AS s_ask, s.state AS s_state,
+       s.node_id AS s_node_id, s.instance AS s_instance, s.attempt AS s_attempt,
+       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at,
+       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
+       n.expires_at > mediator_now(%(now)s) AS n_live
+FROM r LEFT JOIN s ON true LEFT JOIN nodes n ON n.node_id = %(node_id)s
+ORDER BY s.seq
+
 -- node_row --
-SELECT node_id, instance, drain, expires_at > mediator_now() AS live
+SELECT node_id, instance, drain, expires_at > mediator_now(%(now)s) AS live
 FROM nodes WHERE node_id = %(node_id)s
 
 -- claim_step --
-UPDATE steps SET state = 'CLAIMED', attempt = attempt + 1, instance = %(instance)s,
-                 started_at = mediator_now(), ended_at = NULL
-WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'PENDING'
-RETURNING run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id,
-          instance, attempt, chosen, started_at, ended_at
+-- A claim in one statement (issue 13): PENDING → CLAIMED, and its event, only if every condition
+-- of docs/design.md §9 holds — the run RUNNING, the step this node's exec step, the daemon
+-- instance current (when the caller names one), the node not draining at the step boundary,
+-- every `after` step PASSED. The run row is share-locked first (the locking order of docs/design.md §9: a
+-- result, cancel or settle holds it FOR UPDATE, so they serialise with the claim); the step row
+-- is locked by the UPDATE itself. No row back: claim_refusal says why, read only then.
+WITH run AS (
+    SELECT run_id FROM runs WHERE run_id = %(run_id)s AND state = 'RUNNING' FOR SHARE
+), node AS (
+    SELECT coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '') AS instance,
+           coalesce((SELECT drain FROM nodes WHERE node_id = %(node_id)s), '') AS drain
+), claimed AS (
+    UPDATE steps s
+    SET state = 'CLAIMED', attempt = s.attempt + 1, instance = (SELECT instance FROM node),
+        started_at = mediator_now(%(now)s), ended_at = NULL
+    WHERE s.run_id = %(run_id)s AND s.seq = %(seq)s AND s.state = 'PENDING' AND s.kind = 'exec'
+      AND s.node_id = %(node_id)s
+      AND EXISTS (SELECT 1 FROM run)
+      AND (%(instance)s::text IS NULL OR %(instance)s::text = (SELECT instance FROM node))
+      AND (SELECT drain FROM node) <> 'at-boundary'
+      AND NOT EXISTS (
+          SELECT 1 FROM steps d
+          WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+            AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
+    RETURNING s.run_id, s.seq, s.name, s.kind, s.role, s.uses, s."with" AS with_, s.after, s.ask,
+              s.state, s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+), ev AS (
+    INSERT INTO events (at, run_id, node_id, kind, data)
+    SELECT mediator_now(%(now)s), run_id, %(node_id)s, 'claimed',
+           jsonb_build_object('seq', seq, 'attempt', attempt)
+    FROM claimed
+)
+SELECT * FROM claimed
+
+-- claim_refusal --
+-- Why a claim matched nothing (read only then): the run, the step, the node and whether every
+-- `after` step PASSED, for the error code (docs/design.md §9). No row: no such run.
+SELECT r.state AS run_state, s.seq AS step_seq, s.node_id AS step_node, s.state AS step_state,
+       s.kind AS step_kind, coalesce(n.instance, '') AS node_instance,
+       coalesce(n.drain, '') AS node_drain,
+       NOT EXISTS (
+           SELECT 1 FROM steps d
+           WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+             AND d.name IN (SELECT jsonb_array_elements_text(s.after))) AS after_passed
+FROM runs r
+LEFT JOIN steps s ON s.run_id = r.run_id AND s.seq = %(seq)s
+LEFT JOIN nodes n ON n.node_id = %(node_id)s
+WHERE r.run_id = %(run_id)s
 
 -- finish_step --
-UPDATE steps SET state = %(state)s, ended_at = mediator_now(), log = log || %(log)s
+UPDATE steps SET state = %(state)s, ended_at = mediator_now(%(now)s), log = log || %(log)s
 WHERE run_id = %(run_id)s AND seq = %(seq)s
 
 -- rollback_step --
@@ -317,7 +448,7 @@ UPDATE steps SET state = 'PENDING', log = log || %(log)s
 WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'CLAIMED'
 
 -- skip_steps --
-UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now()
+UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now(%(now)s)
 WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s)
 
 -- run_leases --
@@ -332,7 +463,7 @@ DELETE FROM leases WHERE run_id = %(run_id)s AND node_id = ANY(%(nodes)s)
 RETURNING node_id
 
 -- end_run --
-UPDATE runs SET state = %(state)s, verdict = %(verdict)s, ended_at = mediator_now()
+UPDATE runs SET state = %(state)s, verdict = %(verdict)s, ended_at = mediator_now(%(now)s)
 WHERE run_id = %(run_id)s AND state IN ('QUEUED', 'RUNNING')
 RETURNING run_id
 
@@ -340,11 +471,11 @@ RETURNING run_id
 UPDATE asks SET closed = true WHERE run_id = %(run_id)s AND NOT closed
 
 -- expired_lease_runs --
-SELECT DISTINCT run_id FROM leases WHERE not_after <= (SELECT mediator_now()) ORDER BY run_id
+SELECT DISTINCT run_id FROM leases WHERE not_after <= (SELECT mediator_now(%(now)s)) ORDER BY run_id
 
 -- delete_expired_leases --
 -- Re-checked under the run lock: an advert that renewed the lease meanwhile keeps it.
-DELETE FROM leases WHERE run_id = %(run_id)s AND not_after <= mediator_now()
+DELETE FROM leases WHERE run_id = %(run_id)s AND not_after <= mediator_now(%(now)s)
 RETURNING node_id
 
 -- node_leases --
@@ -353,7 +484,7 @@ SELECT run_id, instance FROM leases WHERE node_id = %(node_id)s
 -- rebind_lease --
 -- Restart detection with nothing run yet under the old instance: the lease follows the node's
 -- new daemon (our departure: such a run has lost nothing).
-UPDATE leases SET instance = %(instance)s, not_after = mediator_now() + make_interval(secs => %(ttl)s)
+UPDATE leases SET instance = %(instance)s, not_after = mediator_now(%(now)s) + make_interval(secs => %(ttl)s)
 WHERE node_id = %(node_id)s AND run_id = %(run_id)s
 
 -- rebind_chosen --
@@ -371,7 +502,7 @@ SELECT ask_id, run_id, seq, closed FROM asks WHERE ask_id = %(ask_id)s FOR UPDAT
 
 -- answer_ask --
 UPDATE asks SET answer = %(answer)s, ok = %(ok)s, answered_by = %(by)s,
-                answered_at = mediator_now(), closed = true
+                answered_at = mediator_now(%(now)s), closed = true
 WHERE ask_id = %(ask_id)s AND NOT closed
 
 -- events_since --
@@ -433,15 +564,15 @@ SELECT count(*) AS n FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT seale
 -- processes, each reconnecting) never gives a node more than a fresh advert would.
 UPDATE nodes
 SET expires_at = least(expires_at + make_interval(secs => %(secs)s),
-                       mediator_now() + make_interval(secs => %(advert_ttl)s))
-WHERE expires_at > mediator_now() - make_interval(secs => %(secs)s)
+                       mediator_now(%(now)s) + make_interval(secs => %(advert_ttl)s))
+WHERE expires_at > mediator_now(%(now)s) - make_interval(secs => %(secs)s)
 
 -- outage_shift_leases --
 -- The same for leases: a node whose heartbeats could not land is not reaped for it.
 UPDATE leases
 SET not_after = least(not_after + make_interval(secs => %(secs)s),
-                      mediator_now() + make_interval(secs => %(lease_ttl)s))
-WHERE not_after > mediator_now() - make_interval(secs => %(secs)s)
+                      mediator_now(%(now)s) + make_interval(secs => %(lease_ttl)s))
+WHERE not_after > mediator_now(%(now)s) - make_interval(secs => %(secs)s)
 
 -- active_runs --
 -- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).

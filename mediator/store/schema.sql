@@ -1,16 +1,22 @@
 -- The Mediator's schema: the single source of truth (docs/design.md §18).
 -- No migrations before a first release; bump schema_version when this file changes.
--- Time: every statement uses mediator_now(), and no column default reads a clock, so the
--- simulator's virtual time reaches every timestamp (docs/design.md §13, the time-leak test).
+-- Time: every statement uses mediator_now(at) (below), and no column default reads a clock, so
+-- the simulator's virtual time reaches every timestamp (docs/design.md §13, the time-leak test).
 
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (2);
+INSERT INTO schema_version VALUES (3);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
 $$ SELECT coalesce(nullif(current_setting('mediator.now', true), '')::timestamptz, now()) $$;
+
+-- The form every named query uses (issue 13): the clock's instant arrives as a parameter of the
+-- statement itself, so virtual time costs no set_config round trip; NULL (no clock) falls back
+-- to the setting, then to now().
+CREATE FUNCTION mediator_now(at timestamptz) RETURNS timestamptz LANGUAGE sql STABLE AS
+$$ SELECT coalesce(at, mediator_now()) $$;
 
 CREATE TABLE nodes (
     node_id       text PRIMARY KEY,

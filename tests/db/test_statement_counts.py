@@ -1,0 +1,195 @@
+"""Issue 13: how many statements PostgreSQL receives per flow, counted by the server itself.
+
+A statement count does not drift with the machine, so unlike a timing it can be asserted honestly.
+The module starts its own cluster with ``pg_stat_statements`` preloaded and ``track_utility = on``
+(BEGIN, COMMIT and the clock's ``set_config`` count too), gives every test its own database, and
+counts only that database's statements. The clock is virtual and moves before every call, as in
+the simulator, so each call pays the clock's ``set_config`` when the clock is a separate statement.
+
+The bounds are the counts of the code they were last tightened on: a refactor may lower them, never
+raise them. Issue 13's goal is ≤ 8 for the whole one-step run and 1 per steady heartbeat;
+``bench/bench_statements.py`` prints the same figures (and round trips) for docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pg8000.native
+import pytest
+
+from mediator import Config, Mediator
+from mediator.pg import EmbeddedPostgres
+from mediator.store.db import admin_execute, load_schema
+from tests.db.conftest import ManualClock, advert, contract
+
+
+def socket_path(pg: EmbeddedPostgres) -> str:
+    """The cluster's unix socket file (it listens on no TCP address)."""
+    return os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}")
+
+
+PGSS = (
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.track_utility=on",
+    "pg_stat_statements.track=top",
+)
+
+# Upper bounds: the counts of the code they were tightened on (virtual clock). Lower them as
+# issue 13 lands; never raise them. Before issue 13: heartbeat 5, submit 11, work 2, claim 8,
+# result 14 (one-step run 35), 202 submit 11, idle sweep 3, promoting result 24, promoting
+# sweep 12. Then the clock became a statement parameter (−1 each), the heartbeat one upsert
+# with its lease renewal, the claim one guarded UPDATE, a submit's write one statement, and a
+# result's locks (run, steps, node row) one statement.
+BOUND = {
+    "steady heartbeat": 1,
+    "submit (free node) → 201": 2,
+    "work": 1,
+    "claim": 1,
+    "result (last step → settle → seal)": 11,
+    "one-step run": 15,
+    "submit (node busy) → 202": 3,
+    "sweep, one run queued, nothing free": 2,
+    "result that frees the node and promotes the queued run": 20,
+    "sweep promoting one queued run": 10,
+}
+
+
+class Meter:
+    """pg_stat_statements of one database, read from the cluster's ``postgres`` database."""
+
+    def __init__(self, pg: EmbeddedPostgres, database: str) -> None:
+        self.con = pg8000.native.Connection(
+            "postgres", unix_sock=socket_path(pg), database="postgres"
+        )
+        self.con.run("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        rows = self.con.run("SELECT oid FROM pg_database WHERE datname = :d", d=database)
+        self.dbid = rows[0][0]
+
+    def count(self, call: Callable[[], Any]) -> tuple[Any, Counter[str]]:
+        """``call()``'s result and the statements it sent, by normalised text."""
+        self.con.run("SELECT pg_stat_statements_reset()")
+        out = call()
+        rows = self.con.run(
+            "SELECT query, calls FROM pg_stat_statements WHERE dbid = :d", d=self.dbid
+        )
+        return out, Counter({" ".join(q.split())[:100]: int(n) for q, n in rows})
+
+    def close(self) -> None:
+        self.con.close()
+
+
+@pytest.fixture(scope="module")
+def pgss_cluster() -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres(database="postgres", server_settings=PGSS)
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture
+def counted(
+    pgss_cluster: EmbeddedPostgres, request: pytest.FixtureRequest, tmp_path: Any
+) -> Iterator[tuple[Mediator, Meter, ManualClock]]:
+    """A Mediator on a fresh database of the counting cluster, its meter, its virtual clock."""
+    name = f"count_{request.node.name.replace('-', '_')[:40]}".lower()
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    admin = pgss_cluster.dsn("postgres")
+    admin_execute(admin, f'DROP DATABASE IF EXISTS "{name}"')
+    admin_execute(admin, f'CREATE DATABASE "{name}"')
+    load_schema(pgss_cluster.dsn(name))
+    clock = ManualClock()
+    med = Mediator.connect(
+        pgss_cluster.dsn(name), Config(), clock, records_root=str(tmp_path / "records")
+    )
+    meter = Meter(pgss_cluster, name)
+    yield med, meter, clock
+    meter.close()
+    med.close()
+    admin_execute(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class Tally:
+    """Counts each flow at a new virtual instant and checks it against its bound."""
+
+    def __init__(self, meter: Meter, clock: ManualClock) -> None:
+        self.meter, self.clock = meter, clock
+        self.seen: dict[str, int] = {}
+        self.detail: dict[str, Counter[str]] = {}
+
+    def __call__(self, flow: str, call: Callable[[], Any]) -> Any:
+        self.clock.advance(1)
+        out, stmts = self.meter.count(call)
+        self.seen[flow], self.detail[flow] = sum(stmts.values()), stmts
+        return out
+
+    def check(self) -> None:
+        over = {f: (n, BOUND[f]) for f, n in self.seen.items() if n > BOUND[f]}
+        listing = "\n".join(
+            f"{flow}: {self.seen[flow]} > {BOUND[flow]}\n"
+            + "\n".join(f"   {n} × {q}" for q, n in self.detail[flow].most_common())
+            for flow in over
+        )
+        assert not over, f"more statements than the bound (issue 13):\n{listing}"
+
+
+def test_a_one_step_run_costs_at_most_its_bound_in_statements(
+    counted: tuple[Mediator, Meter, ManualClock],
+) -> None:
+    # issue 13: submit → work → claim → result (settle, seal, wake 1) on a free node
+    med, meter, clock = counted
+    tally = Tally(meter, clock)
+    advert(med, "x")
+    tally("steady heartbeat", lambda: advert(med, "x"))
+    sub = tally("submit (free node) → 201", lambda: med.submit(contract()))
+    assert sub.status == 201
+    run_id = sub.run.run_id
+    (step,) = tally("work", lambda: med.work("x"))
+    claimed = tally("claim", lambda: med.claim(run_id, step.seq, "x", "i1"))
+    result = tally(
+        "result (last step → settle → seal)",
+        lambda: med.report(run_id, step.seq, "x", claimed.attempt, "pass", instance="i1"),
+    )
+    assert result.settled == "PASSED" and med.get_run(run_id).sealed
+    life = ("submit (free node) → 201", "work", "claim", "result (last step → settle → seal)")
+    tally.seen["one-step run"] = sum(tally.seen[f] for f in life)
+    tally.detail["one-step run"] = sum((tally.detail[f] for f in life), Counter())
+    tally.check()
+
+
+def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
+    counted: tuple[Mediator, Meter, ManualClock],
+) -> None:
+    # issue 13: a queued submit (202), a sweep that can do nothing, a result whose wake promotes
+    # (wake 1), and a sweep that promotes on its own (R6–R9)
+    med, meter, clock = counted
+    tally = Tally(meter, clock)
+    advert(med, "y")
+    first = med.submit(contract())
+    queued = tally("submit (node busy) → 202", lambda: med.submit(contract()))
+    assert (first.status, queued.status) == (201, 202)
+    report = tally("sweep, one run queued, nothing free", med.wake_queued)
+    assert report.promoted == []
+    (step,) = med.work("y")
+    claimed = med.claim(first.run.run_id, step.seq, "y", "i1")
+    tally(
+        "result that frees the node and promotes the queued run",
+        lambda: med.report(first.run.run_id, step.seq, "y", claimed.attempt, "pass", instance="i1"),
+    )
+    assert med.get_run(queued.run.run_id).state == "RUNNING"
+
+    # The holder's end is written by SQL, outside the count and without a wake, so the sweep
+    # below is the whole of the promotion.
+    waiting = med.submit(contract())
+    assert waiting.status == 202
+    with med.store.pool.connection() as conn:
+        conn.execute("DELETE FROM leases WHERE run_id = %s", (queued.run.run_id,))
+        conn.execute(
+            "UPDATE runs SET state = 'PASSED', verdict = 'pass' WHERE run_id = %s",
+            (queued.run.run_id,),
+        )
+    report = tally("sweep promoting one queued run", med.wake_queued)
+    assert report.promoted == [waiting.run.run_id]
+    tally.check()
