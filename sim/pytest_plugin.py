@@ -6,9 +6,9 @@
 and the test fails, naming the first divergence, when the real Mediator no longer makes the
 decisions recorded in the baseline (``sim.gate``).
 
-Loaded automatically where this project is installed (the ``pytest11`` entry point ``sim_gate``
-in ``pyproject.toml``; ``-p no:sim_gate`` turns it off); elsewhere add
-``pytest_plugins = ["sim.pytest_plugin"]`` to the root ``conftest.py``.
+Turn it on with ``pytest_plugins = ["sim.pytest_plugin"]`` in the root ``conftest.py`` (or
+``-p sim.pytest_plugin``). It is not a ``pytest11`` entry point on purpose: those load before
+pytest-cov starts, so every module of ``sim`` would count as unmeasured in a suite with coverage.
 
 Where the baseline lives: ``--sim-baseline DIR``, else the ini key ``sim_baseline``, else
 ``sim-baseline/`` — relative to pytest's rootdir. ``pytest --sim-update-baseline`` records the

@@ -227,8 +227,8 @@ def test_the_fixture_in_a_users_own_suite(baseline: Path, server_url: str, tmp_p
         "    monkeypatch.setattr(flows, 'match', highest_id_first(flows.match))\n"
         "    sim_check('steady_small', seed=1)\n"
     )
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_ours.py",
-            "--sim-database-url", server_url]  # fmt: skip
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "sim.pytest_plugin",
+            "-q", "test_ours.py", "--sim-database-url", server_url]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the inner test imports highest_id_first
     run = subprocess.run([*args, "--sim-baseline", str(baseline)], cwd=tmp_path, text=True,
                          capture_output=True, timeout=600, env=env, check=False)  # fmt: skip
