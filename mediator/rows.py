@@ -226,3 +226,112 @@ class Ask(_Row):
     seq: int
     question: str
     raised_at: datetime
+
+
+# ---- rows the store reads for the flows (issue 13: frozen rows for every read, no dicts) ----
+
+
+@dataclass(frozen=True)
+class LiveAdvert:
+    """A live node's advert, as LiveAdverts reads it (seed 003 §2)."""
+
+    node_id: str
+    capabilities: dict[str, Any]
+    instance: str
+    drain: str
+
+
+@dataclass(frozen=True)
+class QueuedDetail:
+    """A QUEUED run of a ``GET /v1/runs`` page: its queue position and needs (issue 15 §4)."""
+
+    run_id: str
+    position: int
+    needs: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SealSource:
+    """Everything a record's seal is generated from (docs/design.md §12), and whether a run is
+    QUEUED, read after the terminal commit: a result skips its wake when nothing is (issue 13)."""
+
+    state: str
+    verdict: str | None
+    ended_at: datetime | None
+    contract: dict[str, Any]
+    events: list[dict[str, Any]]
+    logs: list[list[Any]]
+    queued: bool = False
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """The row of the node a result or claim comes from: its current daemon instance, its drain
+    policy and whether its advert is live."""
+
+    node_id: str
+    instance: str
+    drain: str
+    live: bool
+
+
+@dataclass(frozen=True)
+class RunLease:
+    """A lease of a run, with the leased node's drain policy (the at-boundary check needs it)."""
+
+    node_id: str
+    instance: str
+    drain: str
+
+
+@dataclass(frozen=True)
+class NodeLease:
+    """A lease a node holds: which run, under which daemon instance it was granted."""
+
+    run_id: str
+    instance: str
+
+
+@dataclass(frozen=True)
+class AskStatus:
+    """An ask as ``answer`` checks it: whose step it is and whether it is closed."""
+
+    ask_id: int
+    run_id: str
+    seq: int
+    closed: bool
+
+
+@dataclass(frozen=True)
+class Event(_Row):
+    """A row of the events table (docs/design.md §13): ``/v1/events`` streams them."""
+
+    id: int
+    at: datetime
+    run_id: str
+    node_id: str
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResultSource:
+    """What a result decides from, read in one statement without locks (issue 13): the run, its
+    version (the guard of the write that follows), its steps, the reporting node's row (None: no
+    such node) and the run's leases."""
+
+    run: Run
+    version: int
+    steps: tuple[Step, ...]
+    node: NodeState | None
+    leases: tuple[RunLease, ...]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What ``apply_result`` did. ``matched`` False: the run changed since it was read (its
+    version moved) and nothing was written — read again and decide again."""
+
+    matched: bool
+    released: tuple[str, ...] = ()
+    asks: tuple[Ask, ...] = ()

@@ -150,6 +150,23 @@ def step_transition(frm: StepState | str | None, to: StepState | str) -> StepSta
     return _transition(STEP_TRANSITIONS, StepState, "step", frm, to)
 
 
+def run_sources(to: RunState | str) -> tuple[RunState, ...]:
+    """The stored run states from which ``to`` is an edge of ``RUN_TRANSITIONS``, in table order:
+    a state-writing statement guards on them (``state = ANY(...)``), so the table decides in SQL
+    too (issue 13)."""
+    target = _member(RunState, to, "run")
+    return tuple(s for s, targets in RUN_TRANSITIONS.items() if s is not None and target in targets)
+
+
+def step_sources(to: StepState | str) -> tuple[StepState, ...]:
+    """The stored step states from which ``to`` is an edge of ``STEP_TRANSITIONS`` (see
+    :func:`run_sources`)."""
+    target = _member(StepState, to, "step")
+    return tuple(
+        s for s, targets in STEP_TRANSITIONS.items() if s is not None and target in targets
+    )
+
+
 def settle_verdict(step_states: Iterable[str]) -> tuple[RunState, Verdict] | None:
     """Decide ``SettleIfDone`` for a RUNNING run from its steps' states (docs/design.md §9).
 

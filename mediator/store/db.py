@@ -28,24 +28,37 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
+from mediator.progress import Decision
 from mediator.rows import (
     AdvertResult,
+    Applied,
     Ask,
     ClaimRefusal,
     FleetNode,
     Lease,
     NeedsClass,
     Node,
+    NodeState,
     QueuedRun,
+    ResultSource,
     Run,
+    RunLease,
     RunSummary,
     Step,
+)
+from mediator.states import (
+    RunState,
+    StepState,
+    run_sources,
+    run_transition,
+    step_sources,
+    step_transition,
 )
 from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -64,6 +77,38 @@ def _event(e: dict[str, Any]) -> dict[str, Any]:
     return {"node_id": e.get("node_id", ""), "kind": e["kind"], "data": e.get("data", {})}
 
 
+def check_edges(params: dict[str, Any]) -> None:
+    """The state table decides (issue 13): a statement's state targets are parameters named
+    ``…_to`` (``run_to`` for ``runs.state``, any other for ``steps.state``), each guarded in its
+    SQL by ``state = ANY(%(…_from)s)`` — or, with no ``…_from``, written by an INSERT (from no
+    row). Every such pair must be edges of ``mediator.states``; a ``None`` target writes no state.
+    ``tests/unit/test_state_sql.py`` proves the SQL side keeps to this convention.
+
+    Raises:
+        InvalidTransition: a target that is not an edge from one of its sources.
+    """
+    for key, to in params.items():
+        if not key.endswith("_to") or to is None:
+            continue
+        check = run_transition if key.startswith("run") else step_transition
+        for frm in params.get(key[:-3] + "_from") or [None]:
+            check(frm, to)
+
+
+def _run_edge(to: RunState | str) -> dict[str, Any]:
+    """``run_to`` and its guard ``run_from``: every state the table allows ``to`` from."""
+    return {"run_to": str(to), "run_from": [str(s) for s in run_sources(to)]}
+
+
+def _step_edge(to: StepState | str, name: str = "step") -> dict[str, Any]:
+    return {f"{name}_to": str(to), f"{name}_from": [str(s) for s in step_sources(to)]}
+
+
+def _split(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    n = len(prefix)
+    return {k[n:]: v for k, v in row.items() if k.startswith(prefix)}
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -73,6 +118,7 @@ class Tx:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> list[Any]:
+        check_edges(params or {})
         with self.conn.cursor(row_factory=row or dict_row) as cur:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.fetchall() if cur.description else []
@@ -82,6 +128,7 @@ class Tx:
         return rows[0] if rows else None
 
     def _exec(self, name: str, params: dict[str, Any] | None = None) -> int:
+        check_edges(params or {})
         with self.conn.cursor() as cur:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.rowcount
@@ -259,8 +306,121 @@ class Tx:
         params = {"run_id": run_id, "seq": seq, "node_id": node_id}
         return self._one("claim_refusal", params, row=class_row(ClaimRefusal))  # type: ignore[no-any-return]
 
+    def result_source(self, run_id: str, node_id: str) -> ResultSource | None:
+        """The run, its version, steps, the node's row and the run's leases, in one unlocked
+        read (issue 13); None: no such run."""
+        rows = self._rows("result_source", {"run_id": run_id, "node_id": node_id})
+        if not rows:
+            return None
+        first = rows[0]
+        head = {k: v for k, v in first.items() if not k.startswith(("s_", "n_"))}
+        version, leases = head.pop("version"), head.pop("leases")
+        steps = tuple(
+            Step(run_id=run_id, **_split(r, "s_")) for r in rows if r["s_seq"] is not None
+        )
+        node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
+        return ResultSource(
+            run=Run(**head, steps=steps),
+            version=int(version),
+            steps=steps,
+            node=node,
+            leases=tuple(RunLease(**x) for x in leases),
+        )
+
+    def apply_result(
+        self,
+        src: ResultSource,
+        node_id: str,
+        decision: Decision,
+        log: str = "",
+    ) -> Applied:
+        """Apply what ``mediator.progress`` decided from ``src`` in one statement (issue 13),
+        only if the run is still as read: its version, the reporting node's instance and the
+        at-boundary nodes among its leases. ``matched`` False: nothing was written; read again.
+        """
+        seq, step_to, ends = decision.step or (None, None, False)
+        params: dict[str, Any] = {
+            "run_id": src.run.run_id,
+            "version": src.version,
+            "node_id": node_id,
+            "node_instance": src.node.instance if src.node is not None else "",
+            "boundary": sorted(x.node_id for x in src.leases if x.drain == "at-boundary"),
+            "run_to": str(decision.run_to) if decision.run_to is not None else None,
+            "run_from": [str(decision.run_from)],
+            "verdict": str(decision.verdict) if decision.verdict is not None else None,
+            "seq": seq,
+            "step_to": str(step_to) if step_to is not None else None,
+            "step_from": [str(decision.step_from)],
+            "step_ends": ends,
+            "log": log,
+            "skips": list(decision.skipped),
+            **_step_edge(StepState.SKIPPED, "skip"),
+            "asks": list(decision.asks),
+            "ask_to": str(StepState.ASKED),
+            "ask_from": [str(StepState.PENDING)],
+            "release": sorted(decision.release),
+            "release_reason": decision.release_reason,
+            "close_asks": decision.close_asks,
+            "head": Jsonb([_event(e) for e in decision.head]),
+            "tail": Jsonb([_event(e) for e in decision.tail]),
+        }
+        rows = self._rows("apply_result", params)
+        if not rows:
+            return Applied(False)
+        asks = tuple(
+            Ask(ask_id=r["ask_id"], run_id=r["run_id"], seq=r["seq"], question=r["question"],
+                raised_at=r["raised_at"])
+            for r in rows
+            if r["ask_id"] is not None
+        )  # fmt: skip
+        return Applied(True, tuple(rows[0]["released"]), asks)
+
+    def promote(
+        self,
+        run_id: str,
+        assigned: dict[str, str],
+        chosen: dict[str, dict[str, Any]],
+        leases: list[dict[str, str]],
+        events: list[dict[str, Any]],
+        ttl_s: float,
+    ) -> list[Ask] | None:
+        """QUEUED → RUNNING with leases, steps' nodes, asks and events in one statement
+        (issue 13). Returns the asks raised, or None when the run was no longer QUEUED (R8).
+
+        Raises:
+            NodeTaken: a lease conflicts (R9, I1); nothing was written.
+        """
+        params = {
+            "run_id": run_id,
+            **_run_edge(RunState.RUNNING),
+            "assigned": Jsonb(assigned),
+            "chosen": Jsonb(chosen),
+            "leases": Jsonb(sorted(leases, key=lambda x: x["node_id"])),
+            "events": Jsonb([_event(e) for e in events]),
+            "ttl": ttl_s,
+            "ask_to": str(StepState.ASKED),
+            "ask_from": [str(StepState.PENDING)],
+        }
+        params["run_from"] = [str(RunState.QUEUED)]  # R8: promotion is QUEUED → RUNNING only
+        try:
+            rows = self._rows("promote", params)
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DeadlockDetected,
+            psycopg.errors.LockNotAvailable,
+        ) as exc:
+            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+        if not rows:
+            return None
+        return [
+            Ask(ask_id=r["ask_id"], run_id=r["run_id"], seq=r["seq"], question=r["question"],
+                raised_at=r["raised_at"])
+            for r in rows
+            if r["ask_id"] is not None
+        ]  # fmt: skip
+
     def finish_step(self, run_id: str, seq: int, state: str, log: str = "") -> None:
-        self._exec("finish_step", {"run_id": run_id, "seq": seq, "state": state, "log": log})
+        self._exec("finish_step", {"run_id": run_id, "seq": seq, "log": log, **_step_edge(state)})
 
     def rollback_step(self, run_id: str, seq: int, log: str = "") -> None:
         self._exec("rollback_step", {"run_id": run_id, "seq": seq, "log": log})
@@ -279,7 +439,7 @@ class Tx:
         return sorted(r["node_id"] for r in self._rows("delete_expired_leases", {"run_id": run_id}))
 
     def end_run(self, run_id: str, state: str, verdict: str) -> bool:
-        params = {"run_id": run_id, "state": state, "verdict": verdict}
+        params = {"run_id": run_id, "verdict": verdict, **_run_edge(state)}
         return self._exec("end_run", params) == 1
 
     def close_asks(self, run_id: str) -> None:
@@ -367,13 +527,21 @@ class Tx:
         Raises:
             NodeTaken: a lease conflicts (R2); nothing was written.
         """
+        states = {str(s["state"]) for s in steps}
+        if len(states) != 1:
+            raise ValueError("a run is created with every step in one state")
+        state = run["state"]
         params = {
-            **run,
+            **{k: v for k, v in run.items() if k != "state"},
+            "run_to": str(state),
+            "step_to": states.pop(),
+            "started": state == RunState.RUNNING,
+            "ended": state in (RunState.PASSED, RunState.FAILED),
             "contract": Jsonb(run["contract"]),
             "assigned": Jsonb(run["assigned"]) if run["assigned"] is not None else None,
             "reject": Jsonb(run["reject"]) if run["reject"] is not None else None,
             "needs": Jsonb(needs),
-            "steps": Jsonb(steps),
+            "steps": Jsonb([{k: v for k, v in s.items() if k != "state"} for s in steps]),
             "leases": Jsonb(leases),
             "events": Jsonb([_event(e) for e in events]),
             "ttl": ttl_s,

@@ -204,29 +204,30 @@ ORDER BY x.seq
 -- I1): the needs class, the run, its steps (for a 201 already carrying node_id and runAcquires'
 -- `chosen`), its leases in node_id order (docs/design.md §9), its events in order. A duplicate
 -- run_id is no row and nothing else is written (R3); a lease conflict fails the whole statement
--- (NodeTaken: R2). Returns one row per step, the run's columns on each.
+-- (NodeTaken: R2). Returns one row per step, the run's columns on each. The states are
+-- %(run_to)s and %(step_to)s, edges from no row that the store checks against mediator.states.
 WITH cls AS (
     INSERT INTO needs_classes (needs_key, needs) VALUES (%(needs_key)s, %(needs)s)
     ON CONFLICT (needs_key) DO NOTHING
 ), run AS (
     INSERT INTO runs (run_id, work_id, state, verdict, contract, needs_key, assigned, reject,
                       submitter, created_at, started_at, ended_at)
-    VALUES (%(run_id)s, %(work_id)s, %(state)s, %(verdict)s, %(contract)s, %(needs_key)s,
+    VALUES (%(run_id)s, %(work_id)s, %(run_to)s, %(verdict)s, %(contract)s, %(needs_key)s,
             %(assigned)s, %(reject)s, %(submitter)s, mediator_now(%(now)s),
-            CASE WHEN %(state)s = 'RUNNING' THEN mediator_now(%(now)s) END,
-            CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now(%(now)s) END)
+            CASE WHEN %(started)s::boolean THEN mediator_now(%(now)s) END,
+            CASE WHEN %(ended)s::boolean THEN mediator_now(%(now)s) END)
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
               started_at, ended_at, sealed
 ), st AS (
     INSERT INTO steps (run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id,
                        chosen)
-    SELECT r.run_id, x.seq, x.name, x.kind, x.role, x.uses, x."with", x.after, x.ask, x.state,
-           x.node_id, x.chosen
+    SELECT r.run_id, x.seq, x.name, x.kind, x.role, x.uses, x."with", x.after, x.ask,
+           %(step_to)s::text, x.node_id, x.chosen
     FROM run r,
          jsonb_to_recordset(%(steps)s) AS x(seq integer, name text, kind text, role text,
                                             uses text, "with" jsonb, after jsonb, ask text,
-                                            state text, node_id text, chosen jsonb)
+                                            node_id text, chosen jsonb)
     ORDER BY x.seq
     RETURNING run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, instance,
               attempt, chosen, started_at, ended_at
@@ -292,7 +293,7 @@ WITH due AS (
     FOR UPDATE OF s
 ), asked AS (
     UPDATE steps s SET state = 'ASKED', started_at = mediator_now(%(now)s)
-    FROM due WHERE s.run_id = due.run_id AND s.seq = due.seq
+    FROM due WHERE s.run_id = due.run_id AND s.seq = due.seq AND s.state = 'PENDING'
     RETURNING s.seq
 ), ins AS (
     INSERT INTO asks (run_id, seq, question, raised_at)
@@ -319,10 +320,12 @@ SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
 FROM runs WHERE run_id = %(run_id)s
 
 -- lock_run --
--- The locking rule (docs/design.md §9): a transaction that changes a run locks its row first.
-SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
-       ended_at, sealed
-FROM runs WHERE run_id = %(run_id)s FOR UPDATE
+-- The locking rule (docs/design.md §9): a transaction that changes a run locks its row first —
+-- by adding 1 to its version, so a result decided from an unlocked read before this transaction
+-- (issue 13) finds its guard failed and decides again from what this one leaves.
+UPDATE runs SET version = version + 1 WHERE run_id = %(run_id)s
+RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
+          ended_at, sealed
 
 -- run_steps --
 -- Steps carry chosen (seed 003 §7; FR-3).
@@ -360,14 +363,15 @@ SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, 
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq FOR UPDATE
 
 -- lock_run_steps --
--- The locking rule in one statement (issue 13): the run row first (the steps CTE reads its
--- run_id, so it runs after the run is locked), then its steps in seq order; with the node row of
+-- The locking rule in one statement (issue 13): the run row first, its version bumped as
+-- lock_run does (the steps CTE reads its run_id, so it runs after the run is locked), then its
+-- steps in seq order; with the node row of
 -- %(node_id)s beside (not locked, as node_row). One row per step, the run's and the node's
 -- columns on each; no row: no such run.
 WITH r AS (
-    SELECT run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
-           ended_at, sealed
-    FROM runs WHERE run_id = %(run_id)s FOR UPDATE
+    UPDATE runs SET version = version + 1 WHERE run_id = %(run_id)s
+    RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
+              started_at, ended_at, sealed
 ), s AS (
     SELECT run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, instance,
            attempt, chosen, started_at, ended_at
@@ -392,11 +396,14 @@ FROM nodes WHERE node_id = %(node_id)s
 -- A claim in one statement (issue 13): PENDING → CLAIMED, and its event, only if every condition
 -- of docs/design.md §9 holds — the run RUNNING, the step this node's exec step, the daemon
 -- instance current (when the caller names one), the node not draining at the step boundary,
--- every `after` step PASSED. The run row is share-locked first (the locking order of docs/design.md §9: a
--- result, cancel or settle holds it FOR UPDATE, so they serialise with the claim); the step row
--- is locked by the UPDATE itself. No row back: claim_refusal says why, read only then.
+-- every `after` step PASSED. The run row is taken first, its version bumped (the locking order
+-- of docs/design.md §9: a cancel or reaper holds it, so they serialise with the claim, and a
+-- result read before the claim decides again, issue 13); the step row is locked by the UPDATE
+-- itself. No row back: claim_refusal says why, read only then.
 WITH run AS (
-    SELECT run_id FROM runs WHERE run_id = %(run_id)s AND state = 'RUNNING' FOR SHARE
+    UPDATE runs SET version = version + 1
+    WHERE run_id = %(run_id)s AND state = 'RUNNING'
+    RETURNING run_id
 ), node AS (
     SELECT coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '') AS instance,
            coalesce((SELECT drain FROM nodes WHERE node_id = %(node_id)s), '') AS drain
@@ -439,8 +446,9 @@ LEFT JOIN nodes n ON n.node_id = %(node_id)s
 WHERE r.run_id = %(run_id)s
 
 -- finish_step --
-UPDATE steps SET state = %(state)s, ended_at = mediator_now(%(now)s), log = log || %(log)s
-WHERE run_id = %(run_id)s AND seq = %(seq)s
+-- %(step_to)s only from the states mediator.states allows it from (%(step_from)s, issue 13).
+UPDATE steps SET state = %(step_to)s, ended_at = mediator_now(%(now)s), log = log || %(log)s
+WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = ANY(%(step_from)s)
 
 -- rollback_step --
 -- A `retry` result: back to PENDING with the attempt kept (R15: no release, no wake).
@@ -449,7 +457,7 @@ WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'CLAIMED'
 
 -- skip_steps --
 UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now(%(now)s)
-WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s)
+WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s) AND state IN ('PENDING', 'CLAIMED', 'ASKED')
 
 -- run_leases --
 -- With each node's drain policy: the at-boundary check needs it, and it saves a read per node.
@@ -463,8 +471,9 @@ DELETE FROM leases WHERE run_id = %(run_id)s AND node_id = ANY(%(nodes)s)
 RETURNING node_id
 
 -- end_run --
-UPDATE runs SET state = %(state)s, verdict = %(verdict)s, ended_at = mediator_now(%(now)s)
-WHERE run_id = %(run_id)s AND state IN ('QUEUED', 'RUNNING')
+-- %(run_to)s only from the states mediator.states allows it from (%(run_from)s, issue 13).
+UPDATE runs SET state = %(run_to)s, verdict = %(verdict)s, ended_at = mediator_now(%(now)s)
+WHERE run_id = %(run_id)s AND state = ANY(%(run_from)s)
 RETURNING run_id
 
 -- close_asks --
@@ -495,7 +504,7 @@ WHERE run_id = %(run_id)s AND node_id = %(node_id)s AND chosen IS NOT NULL
 SELECT ask_id, run_id, seq, question, raised_at FROM asks WHERE NOT closed ORDER BY ask_id
 
 -- get_ask --
-SELECT ask_id, run_id, seq, question, raised_at, closed FROM asks WHERE ask_id = %(ask_id)s
+SELECT ask_id, run_id, seq, closed FROM asks WHERE ask_id = %(ask_id)s
 
 -- lock_ask --
 SELECT ask_id, run_id, seq, closed FROM asks WHERE ask_id = %(ask_id)s FOR UPDATE
@@ -542,14 +551,18 @@ FROM runs WHERE started_at IS NOT NULL
 SELECT 1 AS ok
 
 -- seal_source --
--- Everything a record's seal is generated from, in one read (docs/design.md §12).
+-- Everything a record's seal is generated from, in one read (docs/design.md §12); and whether any
+-- run is QUEUED, read after the terminal commit, so a result that settled skips its wake when
+-- nothing waits (issue 13) without a statement of its own — after the commit, so a queued submit
+-- that commits later runs its own R17 sweep and sees this release.
 SELECT r.state, r.verdict, r.ended_at, r.contract,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', e.id, 'at', e.at, 'run_id', e.run_id, 'node_id', e.node_id,
                         'kind', e.kind, 'data', e.data) ORDER BY e.id)
                  FROM events e WHERE e.run_id = r.run_id), '[]'::jsonb) AS events,
        coalesce((SELECT jsonb_agg(jsonb_build_array(s.seq, s.name, s.log) ORDER BY s.seq)
-                 FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs
+                 FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs,
+       EXISTS (SELECT 1 FROM runs q WHERE q.state = 'QUEUED') AS queued
 FROM runs r WHERE r.run_id = %(run_id)s
 
 -- unsealed_count --
@@ -592,3 +605,185 @@ SELECT q.run_id, q.position, c.needs
 FROM q
 JOIN needs_classes c ON c.needs_key = q.needs_key
 WHERE q.run_id = ANY(%(run_ids)s)
+
+-- result_source --
+-- What a result decides from (issue 13), in one statement and without locks: the run with its
+-- version (the guard apply_result checks), its steps in seq order, the reporting node's row
+-- (n_*; NULL: no such node) and the run's leases with each leased node's drain policy (the
+-- at-boundary check). One row per step, the run's and node's columns and the leases on each;
+-- no row: no such run.
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter, r.created_at,
+       r.started_at, r.ended_at, r.sealed, r.version,
+       s.seq AS s_seq, s.name AS s_name, s.kind AS s_kind, s.role AS s_role, s.uses AS s_uses,
+       s."with" AS s_with_, s.after AS s_after, s.ask AS s_ask, s.state AS s_state,
+       s.node_id AS s_node_id, s.instance AS s_instance, s.attempt AS s_attempt,
+       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at,
+       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
+       n.expires_at > mediator_now(%(now)s) AS n_live,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'node_id', l.node_id, 'instance', l.instance,
+                        'drain', coalesce(ln.drain, '')) ORDER BY l.node_id)
+                 FROM leases l LEFT JOIN nodes ln ON ln.node_id = l.node_id
+                 WHERE l.run_id = r.run_id), '[]'::jsonb) AS leases
+FROM runs r
+LEFT JOIN steps s ON s.run_id = r.run_id
+LEFT JOIN nodes n ON n.node_id = %(node_id)s
+WHERE r.run_id = %(run_id)s
+ORDER BY s.seq
+
+-- apply_result --
+-- A result's whole write in one statement (issue 13), as mediator.progress decided it from
+-- result_source: the step's new state, the dependants SKIPPED, the asks raised, the leases
+-- released, the run settled or ended, its asks closed, the events in order. The guard `g` is the
+-- run row: it matches only if the run's version is still the one read — every statement that
+-- wrote the run or its steps since bumped it — and the at-boundary nodes of its leases and the
+-- reporting node's instance are still as read (an advert changes the node row, not the run).
+-- Every other part reads `g`, so a failed guard writes nothing and returns no row: the flow reads
+-- again and decides again. The run row is taken first, then steps, leases and asks: the locking
+-- order of docs/design.md §9. Two results of one run serialise on the run row; the second finds
+-- the version moved, so exactly one of them sees the run's last open step end and settles it.
+-- State targets are parameters checked against mediator.states by the store (%(…_to)s from the
+-- rows in %(…_from)s); run_to NULL leaves the run's state alone.
+WITH g AS (
+    UPDATE runs
+    SET version  = version + 1,
+        state    = coalesce(%(run_to)s::text, state),
+        verdict  = CASE WHEN %(run_to)s::text IS NULL THEN verdict ELSE %(verdict)s::text END,
+        ended_at = CASE WHEN %(run_to)s::text IS NULL THEN ended_at ELSE mediator_now(%(now)s) END
+    WHERE run_id = %(run_id)s AND version = %(version)s
+      AND (%(run_to)s::text IS NULL OR state = ANY(%(run_from)s::text[]))
+      AND coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '')
+          = %(node_instance)s
+      AND coalesce((SELECT array_agg(l.node_id ORDER BY l.node_id)
+                    FROM leases l JOIN nodes n ON n.node_id = l.node_id
+                    WHERE l.run_id = %(run_id)s AND n.drain = 'at-boundary'), '{}')
+          = %(boundary)s::text[]
+    RETURNING run_id
+), fin AS (
+    UPDATE steps s
+    SET state    = %(step_to)s::text,
+        log      = s.log || %(log)s::text,
+        ended_at = CASE WHEN %(step_ends)s::boolean THEN mediator_now(%(now)s) ELSE s.ended_at END
+    FROM g
+    WHERE s.run_id = g.run_id AND s.seq = %(seq)s::integer AND s.state = ANY(%(step_from)s::text[])
+    RETURNING s.seq
+), sk AS (
+    UPDATE steps s SET state = %(skip_to)s::text, ended_at = mediator_now(%(now)s)
+    FROM g
+    WHERE s.run_id = g.run_id AND s.seq = ANY(%(skips)s::integer[])
+      AND s.state = ANY(%(skip_from)s::text[])
+    RETURNING s.seq
+), due AS (
+    SELECT s.run_id, s.seq, s.ask
+    FROM steps s JOIN g ON g.run_id = s.run_id
+    WHERE s.seq = ANY(%(asks)s::integer[]) AND s.kind = 'ask'
+      AND s.state = ANY(%(ask_from)s::text[])
+), asked AS (
+    UPDATE steps s SET state = %(ask_to)s::text, started_at = mediator_now(%(now)s)
+    FROM due
+    WHERE s.run_id = due.run_id AND s.seq = due.seq AND s.state = ANY(%(ask_from)s::text[])
+    RETURNING s.seq
+), ins AS (
+    INSERT INTO asks (run_id, seq, question, raised_at)
+    SELECT run_id, seq, ask, mediator_now(%(now)s) FROM due ORDER BY seq
+    RETURNING ask_id, run_id, seq, question, raised_at
+), rel AS (
+    DELETE FROM leases l USING g
+    WHERE l.run_id = g.run_id AND l.node_id = ANY(%(release)s::text[])
+    RETURNING l.node_id
+), ca AS (
+    UPDATE asks a SET closed = true
+    FROM g
+    WHERE a.run_id = g.run_id AND NOT a.closed AND %(close_asks)s::boolean
+), ev AS (
+    INSERT INTO events (at, run_id, node_id, kind, data)
+    SELECT mediator_now(%(now)s), e.run_id, e.node_id, e.kind, e.data
+    FROM (
+        SELECT g.run_id, x.node_id, x.kind, x.data, x.ord AS ord
+        FROM g, ROWS FROM (jsonb_to_recordset(%(head)s::jsonb)
+                           AS (node_id text, kind text, data jsonb)) WITH ORDINALITY
+                AS x(node_id, kind, data, ord)
+        UNION ALL
+        SELECT i.run_id, '', 'ask_raised', jsonb_build_object('ask_id', i.ask_id, 'seq', i.seq),
+               1000000 + i.seq
+        FROM ins i
+        UNION ALL
+        SELECT g.run_id, x.node_id, x.kind, x.data, 2000000 + x.ord
+        FROM g, ROWS FROM (jsonb_to_recordset(%(tail)s::jsonb)
+                           AS (node_id text, kind text, data jsonb)) WITH ORDINALITY
+                AS x(node_id, kind, data, ord)
+        UNION ALL
+        SELECT g.run_id, r.node_id, 'lease_released',
+               jsonb_build_object('reason', %(release_reason)s::text),
+               3000000 + row_number() OVER (ORDER BY r.node_id)
+        FROM g, rel r
+    ) e
+    ORDER BY e.ord
+)
+SELECT g.run_id,
+       coalesce((SELECT array_agg(node_id ORDER BY node_id) FROM rel), '{}') AS released,
+       i.ask_id, i.seq, i.question, i.raised_at
+FROM g LEFT JOIN ins i ON true
+ORDER BY i.seq
+
+-- promote --
+-- A promotion in one statement (issue 13), as create_run is a submit's: QUEUED → RUNNING only if
+-- the run is still QUEUED (R8: a concurrent promotion or cancel makes it no row, nothing written),
+-- its leases in node_id order (docs/design.md §9; a primary-key conflict fails the whole
+-- statement: NodeTaken, R9, I1), the exec steps' node_id and runAcquires' `chosen` (R12), the ask
+-- steps due at once PENDING → ASKED with their asks, and the events: promoted, lease_granted…,
+-- ask_raised…. The run row is taken first (its version bumped, as every write to a run does).
+-- One row per ask raised (ask_* NULL when none); no row: not promoted.
+WITH run AS (
+    UPDATE runs SET state = %(run_to)s::text, assigned = %(assigned)s::jsonb,
+                    started_at = mediator_now(%(now)s), version = version + 1
+    WHERE run_id = %(run_id)s AND state = ANY(%(run_from)s::text[])
+    RETURNING run_id
+), ls AS (
+    INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
+    SELECT x.node_id, r.run_id, x.instance, mediator_now(%(now)s),
+           mediator_now(%(now)s) + make_interval(secs => %(ttl)s::float8)
+    FROM run r, jsonb_to_recordset(%(leases)s::jsonb) AS x(node_id text, instance text)
+    ORDER BY x.node_id
+    RETURNING node_id
+), st AS (
+    UPDATE steps s
+    SET node_id = %(assigned)s::jsonb ->> s.role,
+        chosen  = %(chosen)s::jsonb -> s.role
+    FROM run r
+    WHERE s.run_id = r.run_id AND s.kind = 'exec'
+), due AS (
+    SELECT s.run_id, s.seq, s.ask
+    FROM steps s JOIN run r ON r.run_id = s.run_id
+    WHERE s.kind = 'ask' AND s.state = ANY(%(ask_from)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM steps d
+          WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+            AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
+), asked AS (
+    UPDATE steps s SET state = %(ask_to)s::text, started_at = mediator_now(%(now)s)
+    FROM due
+    WHERE s.run_id = due.run_id AND s.seq = due.seq AND s.state = ANY(%(ask_from)s::text[])
+    RETURNING s.seq
+), ins AS (
+    INSERT INTO asks (run_id, seq, question, raised_at)
+    SELECT run_id, seq, ask, mediator_now(%(now)s) FROM due ORDER BY seq
+    RETURNING ask_id, run_id, seq, question, raised_at
+), ev AS (
+    INSERT INTO events (at, run_id, node_id, kind, data)
+    SELECT mediator_now(%(now)s), e.run_id, e.node_id, e.kind, e.data
+    FROM (
+        SELECT r.run_id, x.node_id, x.kind, x.data, x.ord AS ord
+        FROM run r, ROWS FROM (jsonb_to_recordset(%(events)s::jsonb)
+                               AS (node_id text, kind text, data jsonb)) WITH ORDINALITY
+                    AS x(node_id, kind, data, ord)
+        UNION ALL
+        SELECT i.run_id, '', 'ask_raised', jsonb_build_object('ask_id', i.ask_id, 'seq', i.seq),
+               1000000 + i.seq
+        FROM ins i
+    ) e
+    ORDER BY e.ord
+)
+SELECT r.run_id, i.ask_id, i.seq, i.question, i.raised_at
+FROM run r LEFT JOIN ins i ON true
+ORDER BY i.seq

@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (3);
+INSERT INTO schema_version VALUES (4);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -61,6 +61,10 @@ CREATE TABLE runs (
     started_at        timestamptz,
     ended_at          timestamptz,
     sealed            boolean NOT NULL DEFAULT false,
+    -- The optimistic guard (issue 13, docs/design.md §9): every statement that writes the run or
+    -- its steps adds 1 (a locked transaction when it takes the run row), so a result decided from
+    -- an unlocked read applies only if nothing changed since: its write matches no row otherwise.
+    version           integer NOT NULL DEFAULT 0,
     CHECK ((state IN ('PASSED', 'FAILED')) = (verdict IS NOT NULL))
 );
 -- The queue in FIFO order (R6: created_at, run_id breaks ties).

@@ -1,0 +1,186 @@
+"""issue 13: a result is one unlocked read and one guarded write — and still exact under races.
+
+A result used to lock its run (FOR UPDATE) for a whole transaction, which serialised two steps of
+one run reporting at the same moment. Now each reads the run without a lock, decides in Python
+(mediator.progress) and writes in one statement guarded by the run's version: when both decided
+from the same read, exactly one write matches, the other matches nothing, reads again and decides
+from what the first left. So the run settles exactly once — never twice, never not at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from mediator import Mediator
+from mediator.progress import decide_result
+from mediator.rows import ResultSource
+from tests.db.conftest import advert, contract
+
+
+def two_role_run(med: Mediator, run_id: str) -> dict[str, int]:
+    """A run with one step on X and one on Y, both CLAIMED: {node: attempt}."""
+    sub = med.submit(contract(run_id, dut={"board": "x"}, aux={"board": "y"}))
+    assert sub.status == 201, sub
+    attempts = {}
+    for node in ("X", "Y"):
+        (s,) = [w for w in med.work(node) if w.run_id == run_id]
+        attempts[node] = med.claim(run_id, s.seq, node, "i1").attempt
+    return attempts
+
+
+def seq_of(src: ResultSource, node: str) -> int:
+    return next(s.seq for s in src.steps if s.node_id == node)
+
+
+def facts(med: Mediator, run_id: str) -> tuple[str, int, int]:
+    with med.store.autocommit() as tx:
+        row = tx.conn.execute(
+            "SELECT (SELECT state FROM runs WHERE run_id = %s),"
+            " (SELECT count(*) FROM events WHERE run_id = %s AND kind = 'settled'),"
+            " (SELECT count(*) FROM leases WHERE run_id = %s)",
+            (run_id, run_id, run_id),
+        ).fetchone()
+    return row[0], int(row[1]), int(row[2])
+
+
+def test_two_results_decided_from_one_read_apply_once_and_the_other_decides_again(med):
+    # issue 13 §result: the guard, shown on the store alone. Both results read the run while
+    # the other step is still CLAIMED, so each alone would decide "not settled"; both writes
+    # start together; exactly one matches. The other reads again, sees its sibling PASSED,
+    # and settles the run.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    two_role_run(med, "r")
+    with med.store.autocommit() as tx:
+        src = tx.result_source("r", "X")
+    assert src is not None
+    decisions = {
+        node: decide_result(src.run.state, src.steps, src.leases,
+                            next(s for s in src.steps if s.node_id == node), node, 1, "pass",
+                            max_attempts=3, instance_matches=True)
+        for node in ("X", "Y")
+    }  # fmt: skip
+    assert all(d.run_to is None for d in decisions.values())  # neither alone settles
+    barrier = threading.Barrier(2)
+    applied: dict[str, Any] = {}
+
+    def write(node: str) -> None:
+        barrier.wait()
+        with med.store.autocommit() as tx:
+            applied[node] = tx.apply_result(src, node, decisions[node])
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in ("X", "Y")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a.matched for a in applied.values()) == [False, True]
+    (loser,) = [n for n, a in applied.items() if not a.matched]
+    assert facts(med, "r") == ("RUNNING", 0, 1)  # the loser wrote nothing: its node still held
+
+    with med.store.autocommit() as tx:
+        again = tx.result_source("r", loser)
+    assert again is not None and again.version > src.version
+    step = next(s for s in again.steps if s.node_id == loser)
+    d = decide_result(again.run.state, again.steps, again.leases, step, loser, 1, "pass",
+                      max_attempts=3, instance_matches=True)  # fmt: skip
+    assert d.settled == "PASSED"
+    with med.store.autocommit() as tx:
+        assert tx.apply_result(again, loser, d).matched
+    assert facts(med, "r") == ("PASSED", 1, 0)
+
+
+def report_together(meds: list[Mediator], run_id: str, attempts: dict[str, int]) -> dict:
+    """X's result through meds[0] and Y's through meds[1], released by one barrier."""
+    seqs = {s.node_id: s.seq for s in meds[0].get_run(run_id).steps}
+    barrier = threading.Barrier(2)
+    out: dict[str, Any] = {}
+
+    def report(med: Mediator, node: str) -> None:
+        barrier.wait()
+        out[node] = med.report(run_id, seqs[node], node, attempts[node], "pass", instance="i1")
+
+    threads = [
+        threading.Thread(target=report, args=(m, n)) for m, n in zip(meds, "XY", strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_two_steps_of_one_run_reporting_at_the_same_moment_settle_it_exactly_once(
+    dsn, clock, tmp_path
+):
+    # issue 13: the race the FOR UPDATE used to serialise, through the public interface, on two
+    # Mediators (two connections, as two HTTP workers would be). For every run, exactly one of
+    # the two results answers `settled`, one `settled` event is written, no lease is left, and
+    # the record is sealed.
+    meds = [
+        Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "records")) for _ in range(2)
+    ]
+    try:
+        advert(meds[0], "X", board="x")
+        advert(meds[0], "Y", board="y")
+        for i in range(12):
+            run_id = f"race{i}"
+            out = report_together(meds, run_id, two_role_run(meds[0], run_id))
+            assert sorted(r.settled for r in out.values()) == ["", "PASSED"], (run_id, out)
+            assert facts(meds[0], run_id) == ("PASSED", 1, 0)
+            assert meds[0].get_run(run_id).sealed
+    finally:
+        for m in meds:
+            m.close()
+
+
+def test_a_cancel_between_a_result_s_read_and_its_write_makes_it_decide_again(med):
+    # issue 13: every locked writer bumps the run's version (here cancel, docs/design.md §10),
+    # so a result decided before it matches nothing and, read again, is a late result.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    two_role_run(med, "c")
+    with med.store.autocommit() as tx:
+        src = tx.result_source("c", "X")
+    assert src is not None
+    step = next(s for s in src.steps if s.node_id == "X")
+    d = decide_result(src.run.state, src.steps, src.leases, step, "X", 1, "pass",
+                      max_attempts=3, instance_matches=True)  # fmt: skip
+    med.cancel("c")
+    with med.store.autocommit() as tx:
+        assert not tx.apply_result(src, "X", d).matched
+        again = tx.result_source("c", "X")
+    assert again is not None and again.run.state == "FAILED"
+    late = decide_result(again.run.state, again.steps, again.leases, step, "X", 1, "pass",
+                         max_attempts=3, instance_matches=True)  # fmt: skip
+    with med.store.autocommit() as tx:
+        applied = tx.apply_result(again, "X", late)
+    assert applied.matched and applied.released == ("X",)  # I2's exception ends here
+
+
+def test_a_drain_advert_between_a_result_s_read_and_its_write_makes_it_decide_again(med):
+    # The guard covers the node rows too: Y starts draining at the boundary after the read
+    # (an advert writes the node, not the run), so the write must not match — decided again,
+    # the result ends the run drained, as it would have with the drain seen first.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    sub = med.submit(contract("d", dut={"board": "x"}, aux={"board": "y"}))
+    assert sub.status == 201
+    (sx,) = med.work("X")
+    med.claim("d", sx.seq, "X", "i1")
+    with med.store.autocommit() as tx:
+        src = tx.result_source("d", "X")
+    assert src is not None
+    step = next(s for s in src.steps if s.node_id == "X")
+    d = decide_result(src.run.state, src.steps, src.leases, step, "X", 1, "pass",
+                      max_attempts=3, instance_matches=True)  # fmt: skip
+    assert d.run_to is None
+    with med.store.autocommit() as tx:  # the drain's advert upsert alone, without its effects
+        tx.upsert_advert("Y", "Y", "", {"board": "y"}, "i1", "at-boundary", 60.0, 60.0)
+        assert not tx.apply_result(src, "X", d).matched
+        again = tx.result_source("d", "X")
+    assert again is not None
+    d2 = decide_result(again.run.state, again.steps, again.leases, step, "X", 1, "pass",
+                       max_attempts=3, instance_matches=True)  # fmt: skip
+    assert (d2.settled, d2.verdict) == ("FAILED", "drained")
