@@ -33,6 +33,7 @@ import anyio.to_thread
 from prometheus_client.core import GaugeMetricFamily
 
 from mediator.errors import MediatorError
+from mediator.rows import Event
 
 if TYPE_CHECKING:
     from mediator.flows import Mediator
@@ -229,7 +230,7 @@ class EventFeed:
     def _read(self, after: int) -> list[tuple[int, bytes]]:
         with self.med.store.tx() as tx:
             rows = tx.events_since(after, PAGE)
-        return [(int(row["id"]), _frame(row)) for row in rows]
+        return [(row.id, _frame(row)) for row in rows]
 
     def _buffered_after(self, last: int) -> list[tuple[int, bytes]] | None:
         """Frames after ``last`` from the shared buffer; None if it does not reach back that far."""
@@ -300,6 +301,6 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-def _frame(row: dict[str, Any]) -> bytes:
-    data = {**row, "at": row["at"].isoformat()}
-    return f"id: {row['id']}\nevent: {row['kind']}\ndata: {json.dumps(data)}\n\n".encode()
+def _frame(row: Event) -> bytes:
+    data = row.to_dict()  # `at` in ISO 8601
+    return f"id: {row.id}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n".encode()

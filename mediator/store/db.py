@@ -34,8 +34,10 @@ from mediator.rows import (
     Applied,
     Ask,
     ClaimRefusal,
+    Event,
     FleetNode,
     Lease,
+    LiveAdvert,
     NeedsClass,
     Node,
     NodeState,
@@ -144,8 +146,8 @@ class Tx:
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
         return self._rows("fleet_for", {"roles": Jsonb(roles)}, row=class_row(FleetNode))
 
-    def live_adverts(self) -> list[dict[str, Any]]:
-        return self._rows("live_adverts")
+    def live_adverts(self) -> list[LiveAdvert]:
+        return self._rows("live_adverts", row=class_row(LiveAdvert))
 
     def busy_nodes(self) -> set[str]:
         return {r["node_id"] for r in self._rows("busy_nodes")}
@@ -260,8 +262,8 @@ class Tx:
     def lock_ask(self, ask_id: int) -> dict[str, Any] | None:
         return self._one("lock_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
 
-    def events_since(self, after: int, limit: int = 500) -> list[dict[str, Any]]:
-        return self._rows("events_since", {"after": after, "limit": limit})
+    def events_since(self, after: int, limit: int = 500) -> list[Event]:
+        return self._rows("events_since", {"after": after, "limit": limit}, row=class_row(Event))
 
     def last_event_id(self) -> int:
         return int(self._one("last_event_id")["id"])

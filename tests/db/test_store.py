@@ -120,7 +120,7 @@ def test_draining_nodes_leaves_expired_ones_out(med, clock):
     clock.advance(15)
     with med.store.autocommit() as tx:
         assert tx.draining_nodes() == {"new"}
-        assert [a["node_id"] for a in tx.live_adverts()] == ["new"]
+        assert [a.node_id for a in tx.live_adverts()] == ["new"]
 
 
 def test_unavailable_nodes_is_the_union_of_busy_and_draining(med):
