@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from mediator import contract as contract_mod
 from mediator.errors import ContractError, Forbidden
 from mediator.flows.after import Change
-from mediator.flows.steps import drained_at_boundary, end, release
+from mediator.flows.steps import end, release
 from mediator.flows.wake import Wake
+from mediator.progress import drained_at_boundary
 from mediator.states import TERMINAL_RUN, RunState, StepState, Verdict
 
 if TYPE_CHECKING:
@@ -94,22 +95,22 @@ def advert_effects(ctx: Context, node_id: str, instance: str, drain: str) -> boo
     released_any = False
     changes = []
     for lease in leases:
-        restarted = lease["instance"] != instance
+        restarted = lease.instance != instance
         if not restarted and drain != "at-boundary":
             continue
         events: list[dict[str, Any]] = []
         with ctx.store.tx() as tx:
-            run = tx.get_run(lease["run_id"], lock=True)
+            run = tx.get_run(lease.run_id, lock=True)
             if run is None:
                 continue
             steps = tx.lock_steps(run.run_id)
-            current = {r["node_id"]: r for r in tx.run_leases(run.run_id)}.get(node_id)
+            current = {r.node_id: r for r in tx.run_leases(run.run_id)}.get(node_id)
             if current is None:
                 continue
             mine = [s for s in steps if s.node_id == node_id]
             released: list[str] = []
-            if current["instance"] != instance:
-                old = current["instance"]
+            if current.instance != instance:
+                old = current.instance
                 ran = any(s.attempt > 0 and s.instance == old for s in mine)
                 if run.state in TERMINAL_RUN:
                     # A late lease kept for a CLAIMED step whose daemon is gone.

@@ -12,6 +12,7 @@ work, and failing the same way must be survived the same way.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ class AfterCommit:
         # run_id → contract, retried by every reaper pass. Sealing writes contract.json too, so
         # a run that ends first loses nothing even if this process restarts.
         self.unopened: dict[str, dict[str, Any]] = {}
+        # Per request thread: "the seal just read that no run is QUEUED" while its wake runs.
+        self._local = threading.local()
 
     def __call__(
         self, changes: Iterable[Change] = (), wake: Wake | None = None
@@ -55,23 +58,37 @@ class AfterCommit:
         """Seal what settled, PushAsks, then wake — in that order, after the commit. The one
         place every flow's after-commit work goes through: each seal is isolated (a failing
         record is logged, counted and retried by the reaper, issue 11 §5–6), so neither the
-        committed answer nor the wake ever depends on the records folder."""
+        committed answer nor the wake ever depends on the records folder.
+
+        A seal reads, after the commit, whether any run is QUEUED (issue 13): when none is, the
+        wake that follows knows the queue is empty and costs no statement (its sweep returns at
+        once). A run queued after that read is its submitter's to sweep: R17's guard runs after
+        that submit's commit and sees every release committed before this read."""
+        queued: bool | None = None  # unknown: no seal read it
         for c in changes:
             if c.settled:
-                self.seal_safely(c.run_id)
+                seen = self._seal_reading_queue(c.run_id)
+                queued = seen if seen is not None else queued
             if c.asks:
                 self.push_asks(c.asks)
         if wake is not None:
-            return self.wake_safely(wake)
+            return self.wake_safely(wake, queued=queued)
         return None
 
+    def queue_known_empty(self) -> bool:
+        """True inside a wake whose caller has just read, after its commit, that no run is
+        QUEUED: the sweep then has nothing to examine (issue 13)."""
+        return bool(getattr(self._local, "empty", False))
+
     # ---- wake ------------------------------------------------------------------------------------
-    def wake_safely(self, why: Wake) -> WakeReport | None:
+    def wake_safely(self, why: Wake, *, queued: bool | None = None) -> WakeReport | None:
         """R16: a failing wake never changes the triggering call's result; it is logged.
 
         Wake 5: a sweep that failed because the database could not be reached is not left to
         some later event (steady heartbeats never sweep, R14): the store's reconnect watcher
-        sweeps as soon as the database answers again."""
+        sweeps as soon as the database answers again. ``queued=False``: the caller read after
+        its commit that no run is QUEUED, so the wake happens (observers see it) at no cost."""
+        self._local.empty = queued is False
         try:
             return self._wake()
         except StoreUnavailable:
@@ -84,6 +101,8 @@ class AfterCommit:
             self.ctx.count("wake")
             log.exception("wake after %s failed; the next event will sweep again", why)
             return None
+        finally:
+            self._local.empty = False
 
     # ---- asks ------------------------------------------------------------------------------------
     def push_asks(self, asks: list[Any]) -> None:
@@ -151,35 +170,47 @@ class AfterCommit:
 
         Idempotent: True only for the call that created ``seal.json`` (I6).
         """
+        return self._seal(run_id)[0]
+
+    def _seal(self, run_id: str) -> tuple[bool, bool | None]:
+        """:meth:`seal`, and whether any run was QUEUED when its source was read (None: not
+        read)."""
         with self.ctx.store.autocommit() as tx:
             src = tx.seal_source(run_id)
-        if src is None or src["state"] not in (RunState.PASSED, RunState.FAILED):
-            return False
+        if src is None or src.state not in (RunState.PASSED, RunState.FAILED):
+            return False, None if src is None else src.queued
         sealed = self.ctx.records.seal(
             run_id,
-            contract=src["contract"] or {},
-            state=src["state"],
-            verdict=src["verdict"],
-            ended_at=src["ended_at"].isoformat() if src["ended_at"] else None,
-            events=src["events"],
-            step_logs=[(seq, name, log) for seq, name, log in src["logs"]],
+            contract=src.contract or {},
+            state=src.state,
+            verdict=src.verdict,
+            ended_at=src.ended_at.isoformat() if src.ended_at else None,
+            events=src.events,
+            step_logs=[(seq, name, log) for seq, name, log in src.logs],
         )
         with self.ctx.store.autocommit() as tx:  # one statement: atomic on its own
             tx.mark_sealed(run_id)
-        return sealed
+        return sealed, src.queued
 
     def seal_safely(self, run_id: str) -> bool:
         """Seal after a commit, isolated: a failing record is logged and counted, stays
         unsealed in the database (runs.sealed) and is retried at startup and by every reaper
         pass; it never stops other seals or the wake that follows (issue 11 §6)."""
+        return self._seal_safely(run_id)[0]
+
+    def _seal_reading_queue(self, run_id: str) -> bool | None:
+        """:meth:`seal_safely`; whether any run is QUEUED (None: unknown, the seal failed)."""
+        return self._seal_safely(run_id)[1]
+
+    def _seal_safely(self, run_id: str) -> tuple[bool, bool | None]:
         try:
-            return self.seal(run_id)
+            return self._seal(run_id)
         except StoreUnavailable:
-            return False  # the database is gone: the next pass finds it unsealed
+            return False, None  # the database is gone: the next pass finds it unsealed
         except Exception:
             self.ctx.count("record_seal")
             log.exception("sealing the record of run %s failed; the reaper retries", run_id)
-            return False
+            return False, None
 
     def seal_unsealed(self) -> list[str]:
         """Seal terminal runs left unsealed (a crash between commit and seal, or a failed seal;

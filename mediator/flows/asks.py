@@ -39,9 +39,9 @@ def answer(
         found = tx.get_ask(ask_id)
         if found is None:
             raise NotFound(f"No ask with ask_id {ask_id}.", code="unknown_ask")
-        run, steps, step = locked(tx, found["run_id"], found["seq"])
+        run, steps, step = locked(tx, found.run_id, found.seq)
         ask = tx.lock_ask(ask_id)
-        if ask is None or ask["closed"] or step.state != StepState.ASKED:
+        if ask is None or ask.closed or step.state != StepState.ASKED:
             raise Conflict(f"Ask {ask_id} is no longer open.", code="ask_closed")
         if run.state != RunState.RUNNING:
             raise Conflict(f"Run {run.run_id} has ended.", code="run_ended")

@@ -96,16 +96,16 @@ def list_runs(
         queued = [r.run_id for r in rows if r.state == RunState.QUEUED]
         # Issue 15 §4: position and needs of the whole page in one statement, then one
         # fleet read for all their candidates — never a statement per queued row.
-        details = {d["run_id"]: d for d in tx.queued_details(queued)} if queued else {}
+        details = {d.run_id: d for d in tx.queued_details(queued)} if queued else {}
         merged = {f"{i}.{role}": dict(need) for i, d in enumerate(details.values())
-                  for role, need in d["needs"].items()}  # fmt: skip
+                  for role, need in d.needs.items()}  # fmt: skip
         fleet = tx.fleet_for(merged) if details else []
     if details:
         rows = [
             dataclasses.replace(
                 r,
-                queue_position=int(details[r.run_id]["position"]),
-                wait_reason=wait_reason(ctx, details[r.run_id]["needs"], fleet),
+                queue_position=details[r.run_id].position,
+                wait_reason=wait_reason(ctx, details[r.run_id].needs, fleet),
             )
             if r.run_id in details
             else r

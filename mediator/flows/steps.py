@@ -11,14 +11,15 @@ and the wake run after commit through :class:`~mediator.flows.after.AfterCommit`
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
-from mediator.errors import Conflict, ContractError, Forbidden, NotFound
+from mediator.errors import Conflict, ContractError, Forbidden, NotFound, StoreUnavailable
 from mediator.flows.after import Change
 from mediator.flows.wake import Wake
-from mediator.rows import ClaimRefusal, Run, Step
+from mediator.progress import Decision, decide_result, drained_at_boundary
+from mediator.rows import Applied, ClaimRefusal, NodeState, ResultSource, Run, Step
 from mediator.states import (
     TERMINAL_RUN,
     TERMINAL_STEP,
@@ -51,16 +52,6 @@ class ReportResult:
 
 def ev(run_id: str, kind: str, node_id: str = "", **data: Any) -> dict[str, Any]:
     return {"run_id": run_id, "node_id": node_id, "kind": kind, "data": data}
-
-
-def drained_at_boundary(node_id: str, steps: Iterable[Step]) -> bool:
-    """At-boundary drain ends a run only if the run still needs the node: no step of it is
-    CLAIMED on the node (the boundary) and some step of it on the node is still open. Called
-    only for nodes whose policy is ``at-boundary`` (amended rule, docs/design.md)."""
-    mine = [s for s in steps if s.node_id == node_id]
-    return not any(s.state == StepState.CLAIMED for s in mine) and any(
-        s.state not in TERMINAL_STEP for s in mine
-    )
 
 
 # ---- shared moves of every flow ------------------------------------------------------------------
@@ -101,7 +92,7 @@ def end(
     tx.end_run(run.run_id, RunState.FAILED, verdict)
     events.append(ev(run.run_id, "settled", state="FAILED", verdict=str(verdict)))
     still = {s.node_id for s in steps if s.state == StepState.CLAIMED and s.node_id not in gone}
-    leased = [r["node_id"] for r in tx.run_leases(run.run_id)]
+    leased = [r.node_id for r in tx.run_leases(run.run_id)]
     return release(tx, run.run_id, [n for n in leased if n not in still], str(verdict), events)
 
 
@@ -119,8 +110,8 @@ def progress(
     if steps is None:
         steps = tx.steps(run.run_id)
     leases = tx.run_leases(run.run_id)
-    leased = [r["node_id"] for r in leases]
-    if any(drained_at_boundary(r["node_id"], steps) for r in leases if r["drain"] == "at-boundary"):
+    leased = [r.node_id for r in leases]
+    if any(drained_at_boundary(r.node_id, steps) for r in leases if r.drain == "at-boundary"):
         # at-boundary drain (docs/design.md §10, amended): a node the run still needs, with
         # no step CLAIMED on it, ends the run — remaining steps SKIPPED, FAILED/drained.
         # A node the run no longer needs is simply released below (applyRelease), so the
@@ -167,7 +158,7 @@ def locked(
 
 def locked_with_node(
     tx: Tx, run_id: str, seq: int, node_id: str | None = None
-) -> tuple[Run, list[Step], Step, dict[str, Any] | None]:
+) -> tuple[Run, list[Step], Step, NodeState | None]:
     """:func:`locked` and the node's row, read in the same statement (issue 13)."""
     run, steps, node = tx.lock_run_steps(run_id, node_id)
     if run is None:
@@ -231,6 +222,84 @@ def refuse_claim(
         raise Conflict(f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable")
 
 
+# issue 13: optimistic tries before a result takes the run row first; lost races are rare (two
+# results, a claim or a cancel of the same run between one statement and the next).
+_OPTIMISTIC = 3
+_TRIES = 10
+
+
+def _apply_result(
+    ctx: Context,
+    run_id: str,
+    seq: int,
+    node_id: str,
+    attempt: int,
+    outcome: str,
+    log: str,
+    instance: str | None,
+) -> tuple[Decision, Applied, bool]:
+    """A result as one read and one write (issue 13): ``result_source`` reads the run without
+    locks, :func:`mediator.progress.decide_result` decides, ``apply_result`` writes it all in one
+    statement guarded by the run's version. A write that matched nothing (the run, the node's
+    instance or a drain changed since the read) reads and decides again; after
+    ``_OPTIMISTIC`` lost races the read is taken under the run row's lock (docs/design.md §9), so
+    a result always completes. Returns the decision, what was applied, and whether the run had
+    ended (a late result)."""
+    for i in range(_TRIES):
+        locked = i >= _OPTIMISTIC
+        with ctx.store.tx() if locked else ctx.store.autocommit() as tx:
+            if locked:
+                tx.get_run(run_id, lock=True)  # the locking rule: the run row first
+            src = tx.result_source(run_id, node_id)
+            decision, ended = _decide(ctx, src, run_id, seq, node_id, attempt, outcome, instance)
+            if decision == Decision():
+                return decision, Applied(True), ended  # a stale late result: nothing to write
+            assert src is not None  # _decide refused a missing run
+            applied = tx.apply_result(src, node_id, decision, log)
+        if applied.matched:
+            return decision, applied, ended
+    raise StoreUnavailable(f"Run {run_id} changed too often to record this result; try again.")
+
+
+def _decide(
+    ctx: Context,
+    src: ResultSource | None,
+    run_id: str,
+    seq: int,
+    node_id: str,
+    attempt: int,
+    outcome: str,
+    instance: str | None,
+) -> tuple[Decision, bool]:
+    """Refuse a result that is not this node's current one (docs/design.md §9), else decide it.
+    A late result for an ended run is recorded and frees the node's lease (I2's exception ends
+    here); the caller answers it run_ended so the daemon stops."""
+    if src is None:
+        raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
+    step = next((s for s in src.steps if s.seq == seq), None)
+    if step is None:
+        raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
+    if step.node_id != node_id:
+        raise Forbidden(
+            f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
+        )
+    current = src.node.instance if src.node is not None else ""
+    inst = current if instance is None else instance
+    ended = src.run.state in TERMINAL_RUN
+    if not ended:
+        if inst != step.instance or inst != current:
+            raise Conflict("This result comes from a stale daemon instance.", code="stale_instance")
+        if not (step.state == StepState.CLAIMED and step.attempt == attempt):
+            raise Conflict(
+                f"Attempt {attempt} of step {seq} is not the current one.", code="stale_attempt"
+            )
+    decision = decide_result(
+        src.run.state, src.steps, src.leases, step, node_id, attempt, outcome,
+        max_attempts=ctx.config.max_attempts, instance_matches=inst == step.instance,
+    )  # fmt: skip
+    return decision, ended
+
+
 def report(
     ctx: Context,
     run_id: str,
@@ -257,88 +326,11 @@ def report(
     if not isinstance(log, str) or len(log) > MAX_LOG:
         raise ContractError(f"log must be text of at most {MAX_LOG} characters.", field="log")
     log = contract_mod.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
-    events: list[dict[str, Any]] = []
-    ended = False
-    rolled = False
-    change = Change(run_id)
-    with ctx.store.tx() as tx:
-        run, steps, step, node = locked_with_node(tx, run_id, seq, node_id)
-        current = node["instance"] if node else ""
-        inst = current if instance is None else instance
-        fresh = step.state == StepState.CLAIMED and step.attempt == attempt
-        if run.state in TERMINAL_RUN:
-            # A late result for an ended run: record it, free the node's lease (I2's
-            # exception ends here), answer run_ended so the daemon stops.
-            ended = True
-            if fresh and inst == step.instance:
-                state = StepState.PASSED if outcome == "pass" else StepState.FAILED
-                tx.finish_step(run_id, seq, step_transition(step.state, state), log)
-                events.append(
-                    ev(
-                        run_id,
-                        "result",
-                        node_id,
-                        seq=seq,
-                        attempt=attempt,
-                        outcome=outcome,
-                        late=True,
-                    )
-                )
-                busy = {s.node_id for s in steps if s.state == StepState.CLAIMED and s.seq != seq}
-                if node_id not in busy:
-                    change.released = release(tx, run_id, [node_id], "late_result", events)
-            tx.insert_events(events)
-        else:
-            if inst != step.instance or inst != current:
-                raise Conflict(
-                    "This result comes from a stale daemon instance.", code="stale_instance"
-                )
-            if not fresh:
-                raise Conflict(
-                    f"Attempt {attempt} of step {seq} is not the current one.",
-                    code="stale_attempt",
-                )
-            if outcome == "retry" and attempt < ctx.config.max_attempts:
-                # R15: a rollback releases nothing, so it does not wake.
-                step_transition(step.state, StepState.PENDING)
-                tx.rollback_step(run_id, seq, log)
-                tx.insert_events(
-                    [
-                        ev(
-                            run_id,
-                            "result",
-                            node_id,
-                            seq=seq,
-                            attempt=attempt,
-                            outcome="retry",
-                            rolled=True,
-                        )
-                    ]
-                )
-                rolled = True
-            else:
-                state = StepState.PASSED if outcome == "pass" else StepState.FAILED
-                tx.finish_step(run_id, seq, step_transition(step.state, state), log)
-                events.append(
-                    ev(run_id, "result", node_id, seq=seq, attempt=attempt, outcome=outcome)
-                )
-                skipped: set[int] = set()
-                if state == StepState.FAILED:
-                    skip = contract_mod.dependants(steps, step.name)  # type: ignore[arg-type]
-                    skipped = {s.seq for s in steps if s.name in skip and s.state in OPEN}
-                    tx.skip_steps(run_id, sorted(skipped))
-                now_steps = [
-                    replace(s, state=state)
-                    if s.seq == seq
-                    else replace(s, state=StepState.SKIPPED)
-                    if s.seq in skipped
-                    else s
-                    for s in steps
-                ]
-                change = progress(tx, run, events, now_steps)
-                tx.insert_events(events)
-    if rolled:
-        return ReportResult("", True, (), StepState.PENDING)
+    decision, applied, ended = _apply_result(ctx, run_id, seq, node_id, attempt, outcome, log,
+                                             instance)  # fmt: skip
+    if decision.step is not None and not decision.step[2]:
+        return ReportResult("", True, (), StepState.PENDING)  # R15: a rollback does not wake
+    change = Change(run_id, decision.settled, list(applied.released), list(applied.asks))
     ctx.after([change], Wake.RESULT if not ended or change.released else None)
     if ended:
         raise Conflict(f"Run {run_id} has ended; stop working on it.", code="run_ended")

@@ -3,13 +3,13 @@
 A run that can start now is created RUNNING with its leases (CreateRun, :func:`create_run`); one
 that has no room now is created QUEUED holding nothing (R1, R2, R4, :func:`create_queued_run`)
 and sweeps once (R17, wake 8); one that no node could ever serve is created FAILED/rejected
-(R1, :func:`create_rejected_run`). :func:`acquire` is the common tail of CreateRun and promote
-(R12), used by :mod:`mediator.flows.sweep` too.
+(R1, :func:`create_rejected_run`). Each is one statement (issue 13); :func:`run_acquires` and
+:func:`lease_rows` are shared with promotion (R12) in :mod:`mediator.flows.sweep`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
@@ -21,7 +21,6 @@ from mediator.flows.wake import Wake
 from mediator.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
 from mediator.rows import FleetNode, Run
 from mediator.states import RunState, StepState, Verdict, run_transition, step_transition
-from mediator.store.db import Tx
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -177,102 +176,40 @@ def step_rows(
     ]
 
 
-def insert(
-    tx: Tx,
-    new: _NewRun,
-    state: RunState,
-    step_state: StepState,
-    *,
-    verdict: Verdict | None = None,
-    assigned: dict[str, str] | None = None,
-    reject: dict[str, Any] | None = None,
-) -> Run | None:
-    """The run row and its steps, as every submit path writes them first (R5: steps exist
-    from submit); None when the run_id exists already (R3)."""
-    tx.insert_needs_class(new.key, new.needs)
-    row = tx.insert_run(
-        run_id=new.run_id,
-        work_id=new.parsed.work_id,
-        state=state,
-        verdict=verdict,
-        contract=new.doc,
-        needs_key=new.key,
-        assigned=assigned,
-        reject=reject,
-        submitter=new.submitter,
-    )
-    if row is not None:
-        tx.insert_steps(new.run_id, step_rows(new.parsed, step_state, assigned))
-    return row
+def run_acquires(
+    assigned: dict[str, str], needs: dict[str, dict[str, Any]], by_id: dict[str, FleetNode]
+) -> dict[str, dict[str, Any]]:
+    """runAcquires (R12, FR-3): what hardware serves each role, for the steps' ``chosen``."""
+    return {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
+
+
+def lease_rows(assigned: dict[str, str], by_id: dict[str, FleetNode]) -> list[dict[str, str]]:
+    """The leases of an assignment in node_id order (docs/design.md §9), with each node's
+    daemon instance at grant."""
+    return [{"node_id": n, "instance": by_id[n].instance} for n in sorted(set(assigned.values()))]
 
 
 def create_run(ctx: Context, new: _NewRun, res: Assignment, fleet: list[FleetNode]) -> Run | None:
-    """CreateRun: one transaction in R12's order; None if the run_id exists (R3)."""
-    run_id, parsed, needs = new.run_id, new.parsed, new.needs
+    """CreateRun in R12's order — leases, runAcquires, raiseAsks, events — as one statement
+    (issue 13); None if the run_id exists (R3). NodeTaken (R2) leaves nothing written."""
     assigned = dict(res.roles)
     by_id = {n.node_id: n for n in fleet}
-    if not any(s.kind == "ask" for s in parsed.steps):
-        # issue 13: the whole CreateRun in one statement (raiseAsks has nothing to raise).
-        nodes = sorted(set(assigned.values()))
-        chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
-        events = [
-            {"kind": "submitted", "data": {"state": "RUNNING", "assigned": assigned}},
-            *({"node_id": n, "kind": "lease_granted", "data": {}} for n in nodes),
-        ]
-        return create(
-            ctx,
-            new,
-            RunState.RUNNING,
-            StepState.PENDING,
-            events,
-            assigned=assigned,
-            chosen=chosen,
-            leases=[{"node_id": n, "instance": by_id[n].instance} for n in nodes],
-        )
-    with ctx.store.tx() as tx:
-        row = insert(tx, new, RunState.RUNNING, StepState.PENDING, assigned=assigned)
-        if row is None:
-            return None
-        has_asks = True
-        asks = acquire(ctx, tx, run_id, assigned, needs, by_id, promoted=False, has_asks=has_asks)
-        # The 201 body is the run as committed: read inside the transaction, no extra trip.
-        run = Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
-    ctx.after([Change(run_id, asks=asks)])
-    return run
-
-
-def acquire(
-    ctx: Context,
-    tx: Tx,
-    run_id: str,
-    assigned: dict[str, str],
-    needs: dict[str, dict[str, Any]],
-    by_id: dict[str, FleetNode],
-    *,
-    promoted: bool,
-    has_asks: bool = True,
-) -> list[Any]:
-    """Leases → runAcquires → raiseAsks → events: the common tail of CreateRun and promote."""
-    nodes = sorted(set(assigned.values()))
-    leases = [{"node_id": n, "instance": by_id[n].instance} for n in nodes]
-    tx.insert_leases(run_id, leases, ctx.config.lease_ttl_seconds)  # NodeTaken → rollback
-    chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
-    tx.assign_steps(run_id, assigned, chosen)
-    asks = tx.raise_asks(run_id) if has_asks else []
-    events: list[dict[str, Any]] = []
-    if promoted:
-        events.append({"run_id": run_id, "kind": "promoted", "data": {"assigned": assigned}})
-    else:
-        events.append(
-            {
-                "run_id": run_id,
-                "kind": "submitted",
-                "data": {"state": "RUNNING", "assigned": assigned},
-            }
-        )
-    events += [{"run_id": run_id, "node_id": n, "kind": "lease_granted", "data": {}} for n in nodes]
-    tx.insert_events(events)
-    return asks
+    leases = lease_rows(assigned, by_id)
+    events = [
+        {"kind": "submitted", "data": {"state": "RUNNING", "assigned": assigned}},
+        *({"node_id": x["node_id"], "kind": "lease_granted", "data": {}} for x in leases),
+    ]
+    return create(
+        ctx,
+        new,
+        RunState.RUNNING,
+        StepState.PENDING,
+        events,
+        assigned=assigned,
+        chosen=run_acquires(assigned, new.needs, by_id),
+        leases=leases,
+        raise_asks=any(s.kind == "ask" for s in new.parsed.steps),
+    )
 
 
 def create(
@@ -287,31 +224,54 @@ def create(
     chosen: dict[str, dict[str, Any]] | None = None,
     reject: dict[str, Any] | None = None,
     leases: list[dict[str, str]] | None = None,
+    raise_asks: bool = False,
 ) -> Run | None:
     """A submit's write as one autocommit statement (issue 13): needs class, run, steps,
     leases, events; the run as committed, or None if the run_id exists (R3). NodeTaken
-    (R2) leaves nothing written. ``state`` and ``step_state`` are edges from no row."""
+    (R2) leaves nothing written. ``state`` and ``step_state`` are edges from no row.
+
+    With ``raise_asks`` (a RUNNING run whose contract has ask steps) raiseAsks follows in the
+    same transaction: an ask step is raised PENDING → ASKED, never inserted ASKED (the state
+    table has no such edge), and a statement cannot update the rows it inserts. The asks are
+    published after the commit (R12)."""
     run_transition(None, state)
     step_transition(None, step_state)
-    with ctx.store.autocommit() as tx:
-        return tx.create_run(
-            run={
-                "run_id": new.run_id,
-                "work_id": new.parsed.work_id,
-                "state": state,
-                "verdict": verdict,
-                "contract": new.doc,
-                "needs_key": new.key,
-                "assigned": assigned,
-                "reject": reject,
-                "submitter": new.submitter,
-            },
-            needs=new.needs,
-            steps=step_rows(new.parsed, step_state, assigned, chosen),
-            leases=leases or [],
-            events=events,
-            ttl_s=ctx.config.lease_ttl_seconds,
-        )
+    write: dict[str, Any] = {
+        "run": {
+            "run_id": new.run_id,
+            "work_id": new.parsed.work_id,
+            "state": state,
+            "verdict": verdict,
+            "contract": new.doc,
+            "needs_key": new.key,
+            "assigned": assigned,
+            "reject": reject,
+            "submitter": new.submitter,
+        },
+        "needs": new.needs,
+        "steps": step_rows(new.parsed, step_state, assigned, chosen),
+        "leases": leases or [],
+        "events": events,
+        "ttl_s": ctx.config.lease_ttl_seconds,
+    }
+    if not raise_asks:
+        with ctx.store.autocommit() as tx:
+            return tx.create_run(**write)
+    with ctx.store.tx() as tx:
+        run = tx.create_run(**write)
+        asks = tx.raise_asks(new.run_id) if run is not None else []
+    if run is None or not asks:
+        return run
+    # The 201 body is the run as committed: the raised steps as raiseAsks left them.
+    raised = {a.seq: a.raised_at for a in asks}
+    steps = tuple(
+        replace(s, state=step_transition(s.state, StepState.ASKED), started_at=raised[s.seq])
+        if s.seq in raised
+        else s
+        for s in run.steps
+    )
+    ctx.after([Change(new.run_id, asks=asks)])
+    return replace(run, steps=steps)
 
 
 def create_queued_run(ctx: Context, new: _NewRun) -> Run | None:

@@ -1,8 +1,8 @@
 """WakeQueued: the promotion sweep and promote (docs/design.md §6, R6–R12).
 
 A sweep walks the queue in arrival order, one page at a time, deciding once per needs class with
-the pure matcher; each promotion is its own transaction (R7) made of a conditional update (R8)
-and the leases whose primary key decides races with other sweepers (R9). Every wake point ends
+the pure matcher; each promotion is its own statement (R7, issue 13) made of a conditional update
+(R8) and the leases whose primary key decides races with other sweepers (R9). Every wake point ends
 here, through :class:`~mediator.flows.after.AfterCommit`.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from mediator.errors import ConfigError, NodeTaken, StoreUnavailable
 from mediator.flows.after import Change
 from mediator.flows.context import view
-from mediator.flows.submit import acquire
+from mediator.flows.submit import lease_rows, run_acquires
 from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, AdvertIndex, Assignment, Reject, match
 from mediator.rows import FleetNode
 
@@ -74,6 +74,8 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
             field="lease_ttl_seconds",
         )
     report = WakeReport()
+    if ctx.after.queue_known_empty():
+        return report  # issue 13: the caller read after its commit that nothing is QUEUED
     with ctx.store.autocommit() as tx:
         classes = tx.queued_classes()
         if not classes:
@@ -155,6 +157,8 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
                     unavailable |= set(res.roles.values())  # R9: taken by us now
                     memo.clear()
                 break  # promoted, or R8: another sweep or a cancel got there first
+        if len(page) < _PAGE:
+            break  # the queue's end: a run queued since is its submitter's to sweep (R17)
         after_at, after_id = page[-1].created_at, page[-1].run_id
         viable = [k for k in viable if k not in failed]
     return report
@@ -167,15 +171,28 @@ def promote(
     needs: dict[str, dict[str, Any]],
     by_id: dict[str, FleetNode],
 ) -> bool:
-    """Move one run QUEUED → RUNNING in its own transaction (R7, R12).
+    """Move one run QUEUED → RUNNING in one statement (issue 13; R7, R12): the conditional
+    update, its leases, the steps' nodes and ``chosen``, the asks due and the events.
 
-    Returns False when the conditional update found the run no longer QUEUED (R8: another
-    sweep or a cancel got there first). Raises NodeTaken when a lease conflicts (R9).
+    Returns False when the run was no longer QUEUED (R8: another sweep or a cancel got there
+    first). Raises NodeTaken when a lease conflicts (R9, I1); nothing was written then.
     """
     assigned = dict(res.roles)
-    with ctx.store.tx() as tx:
-        if not tx.promote_run(run_id, assigned):
-            return False
-        asks = acquire(ctx, tx, run_id, assigned, needs, by_id, promoted=True)
+    leases = lease_rows(assigned, by_id)
+    events = [
+        {"kind": "promoted", "data": {"assigned": assigned}},
+        *({"node_id": x["node_id"], "kind": "lease_granted", "data": {}} for x in leases),
+    ]
+    with ctx.store.autocommit() as tx:
+        asks = tx.promote(
+            run_id,
+            assigned,
+            run_acquires(assigned, needs, by_id),
+            leases,
+            events,
+            ctx.config.lease_ttl_seconds,
+        )
+    if asks is None:
+        return False
     ctx.after([Change(run_id, asks=asks)])
     return True

@@ -33,6 +33,7 @@ from mediator.rows import (
     AdvertResult,
     Applied,
     Ask,
+    AskStatus,
     ClaimRefusal,
     Event,
     FleetNode,
@@ -40,12 +41,15 @@ from mediator.rows import (
     LiveAdvert,
     NeedsClass,
     Node,
+    NodeLease,
     NodeState,
+    QueuedDetail,
     QueuedRun,
     ResultSource,
     Run,
     RunLease,
     RunSummary,
+    SealSource,
     Step,
 )
 from mediator.states import (
@@ -187,10 +191,11 @@ class Tx:
     def queue_position(self, run_id: str) -> int:
         return int(self._one("queue_position", {"run_id": run_id})["position"])
 
-    def queued_details(self, run_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """``{run_id, position, needs}`` for the QUEUED runs among ``run_ids``, in one statement
-        (issue 15 §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
-        return self._rows("queued_details", {"run_ids": list(run_ids)})
+    def queued_details(self, run_ids: Sequence[str]) -> list[QueuedDetail]:
+        """Position and needs of the QUEUED runs among ``run_ids``, in one statement (issue 15
+        §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
+        params = {"run_ids": list(run_ids)}
+        return self._rows("queued_details", params, row=class_row(QueuedDetail))
 
     def live_contract(self, run_id: str) -> dict[str, Any] | None:
         r = self._one("live_contract", {"run_id": run_id})
@@ -203,8 +208,8 @@ class Tx:
     def steps(self, run_id: str) -> list[Step]:
         return self._rows("run_steps", {"run_id": run_id}, row=class_row(Step))
 
-    def seal_source(self, run_id: str) -> dict[str, Any] | None:
-        return self._one("seal_source", {"run_id": run_id})  # type: ignore[no-any-return]
+    def seal_source(self, run_id: str) -> SealSource | None:
+        return self._one("seal_source", {"run_id": run_id}, row=class_row(SealSource))  # type: ignore[no-any-return]
 
     def mark_sealed(self, run_id: str) -> None:
         self._exec("mark_sealed", {"run_id": run_id})
@@ -221,7 +226,7 @@ class Tx:
 
     def lock_run_steps(
         self, run_id: str, node_id: str | None = None
-    ) -> tuple[Run | None, list[Step], dict[str, Any] | None]:
+    ) -> tuple[Run | None, list[Step], NodeState | None]:
         """Lock the run, then its steps, in one statement (issue 13); with the row of
         ``node_id`` as ``node_row`` reads it (None: no such node)."""
         rows = self._rows("lock_run_steps", {"run_id": run_id, "node_id": node_id})
@@ -234,21 +239,15 @@ class Tx:
             for r in rows
             if r["s_seq"] is not None
         ]
-        node = (
-            {k[2:]: v for k, v in first.items() if k.startswith("n_")}
-            if first["n_node_id"] is not None
-            else None
-        )
+        node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
         return run, steps, node
 
-    def node_row(self, node_id: str) -> dict[str, Any] | None:
-        return self._one("node_row", {"node_id": node_id})  # type: ignore[no-any-return]
+    def run_leases(self, run_id: str) -> list[RunLease]:
+        """The run's leases in node_id order, locked, with each node's drain policy."""
+        return self._rows("run_leases", {"run_id": run_id}, row=class_row(RunLease))
 
-    def run_leases(self, run_id: str) -> list[dict[str, Any]]:
-        return self._rows("run_leases", {"run_id": run_id})
-
-    def node_leases(self, node_id: str) -> list[dict[str, Any]]:
-        return self._rows("node_leases", {"node_id": node_id})
+    def node_leases(self, node_id: str) -> list[NodeLease]:
+        return self._rows("node_leases", {"node_id": node_id}, row=class_row(NodeLease))
 
     def expired_lease_runs(self) -> list[str]:
         return [r["run_id"] for r in self._rows("expired_lease_runs")]
@@ -256,11 +255,11 @@ class Tx:
     def open_asks(self) -> list[Ask]:
         return self._rows("open_asks", row=class_row(Ask))
 
-    def get_ask(self, ask_id: int) -> dict[str, Any] | None:
-        return self._one("get_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
+    def get_ask(self, ask_id: int) -> AskStatus | None:
+        return self._one("get_ask", {"ask_id": ask_id}, row=class_row(AskStatus))  # type: ignore[no-any-return]
 
-    def lock_ask(self, ask_id: int) -> dict[str, Any] | None:
-        return self._one("lock_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
+    def lock_ask(self, ask_id: int) -> AskStatus | None:
+        return self._one("lock_ask", {"ask_id": ask_id}, row=class_row(AskStatus))  # type: ignore[no-any-return]
 
     def events_since(self, after: int, limit: int = 500) -> list[Event]:
         return self._rows("events_since", {"after": after, "limit": limit}, row=class_row(Event))
@@ -424,9 +423,6 @@ class Tx:
     def finish_step(self, run_id: str, seq: int, state: str, log: str = "") -> None:
         self._exec("finish_step", {"run_id": run_id, "seq": seq, "log": log, **_step_edge(state)})
 
-    def rollback_step(self, run_id: str, seq: int, log: str = "") -> None:
-        self._exec("rollback_step", {"run_id": run_id, "seq": seq, "log": log})
-
     def skip_steps(self, run_id: str, seqs: Sequence[int]) -> None:
         if seqs:
             self._exec("skip_steps", {"run_id": run_id, "seqs": list(seqs)})
@@ -482,36 +478,6 @@ class Tx:
         }
         return self._one("upsert_advert", params, row=class_row(AdvertResult))  # type: ignore[no-any-return]
 
-    def insert_needs_class(self, needs_key: str, needs: dict[str, Any]) -> None:
-        self._exec("insert_needs_class", {"needs_key": needs_key, "needs": Jsonb(needs)})
-
-    def insert_run(
-        self,
-        *,
-        run_id: str,
-        work_id: str,
-        state: str,
-        verdict: str | None,
-        contract: dict[str, Any],
-        needs_key: str,
-        assigned: dict[str, str] | None,
-        reject: dict[str, Any] | None,
-        submitter: str,
-    ) -> Run | None:
-        """Insert a run; ``None`` when the run_id exists already (R3)."""
-        params = {
-            "run_id": run_id,
-            "work_id": work_id,
-            "state": state,
-            "verdict": verdict,
-            "contract": Jsonb(contract),
-            "needs_key": needs_key,
-            "assigned": Jsonb(assigned) if assigned is not None else None,
-            "reject": Jsonb(reject) if reject is not None else None,
-            "submitter": submitter,
-        }
-        return self._one("insert_run", params, row=class_row(Run))  # type: ignore[no-any-return]
-
     def create_run(
         self,
         *,
@@ -565,34 +531,6 @@ class Tx:
             if r["s_seq"] is not None
         )
         return Run(**head, steps=steps_out)
-
-    def insert_steps(self, run_id: str, steps: list[dict[str, Any]]) -> None:
-        self._exec("insert_steps", {"run_id": run_id, "steps": Jsonb(steps)})
-
-    def insert_leases(self, run_id: str, leases: list[dict[str, str]], ttl_s: float) -> None:
-        """Insert every lease of a run in one statement ordered by node_id.
-
-        A primary-key conflict, a deadlock or a lock timeout all mean that another transaction
-        holds or is taking one of these nodes: NodeTaken (R2, R9). The caller's transaction is
-        then aborted and must be rolled back as a whole (I5: all leases or none).
-        """
-        try:
-            self._exec("insert_leases", {"run_id": run_id, "leases": Jsonb(leases), "ttl": ttl_s})
-        except (
-            psycopg.errors.UniqueViolation,
-            psycopg.errors.DeadlockDetected,
-            psycopg.errors.LockNotAvailable,
-        ) as exc:
-            raise NodeTaken("A node of this assignment was taken by another run.") from exc
-
-    def promote_run(self, run_id: str, assigned: dict[str, str]) -> bool:
-        return self._exec("promote_run", {"run_id": run_id, "assigned": Jsonb(assigned)}) == 1
-
-    def assign_steps(
-        self, run_id: str, assigned: dict[str, str], chosen: dict[str, dict[str, Any]]
-    ) -> None:
-        params = {"run_id": run_id, "assigned": Jsonb(assigned), "chosen": Jsonb(chosen)}
-        self._exec("assign_steps", params)
 
     def raise_asks(self, run_id: str) -> list[Ask]:
         return self._rows("raise_asks", {"run_id": run_id}, row=class_row(Ask))

@@ -172,33 +172,6 @@ FROM runs q, runs r
 WHERE r.run_id = %(run_id)s AND q.state = 'QUEUED'
   AND (q.created_at, q.run_id) < (r.created_at, r.run_id)
 
--- insert_needs_class --
--- Insert-only: a class row is never updated, so concurrent submits never contend on it.
-INSERT INTO needs_classes (needs_key, needs) VALUES (%(needs_key)s, %(needs)s)
-ON CONFLICT (needs_key) DO NOTHING
-
--- insert_run --
--- ON CONFLICT DO NOTHING: a duplicate run_id (the same run submitted twice at once) comes back
--- as no row, and submit re-reads and answers 200 (R3).
-INSERT INTO runs (run_id, work_id, state, verdict, contract, needs_key, assigned, reject,
-                  submitter, created_at, started_at, ended_at)
-VALUES (%(run_id)s, %(work_id)s, %(state)s, %(verdict)s, %(contract)s, %(needs_key)s,
-        %(assigned)s, %(reject)s, %(submitter)s, mediator_now(%(now)s),
-        CASE WHEN %(state)s = 'RUNNING' THEN mediator_now(%(now)s) END,
-        CASE WHEN %(state)s IN ('PASSED', 'FAILED') THEN mediator_now(%(now)s) END)
-ON CONFLICT (run_id) DO NOTHING
-RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at, started_at,
-          ended_at, sealed
-
--- insert_steps --
-INSERT INTO steps (run_id, seq, name, kind, role, uses, "with", after, ask, state, node_id, chosen)
-SELECT %(run_id)s, x.seq, x.name, x.kind, x.role, x.uses, x."with", x.after, x.ask, x.state,
-       x.node_id, x.chosen
-FROM jsonb_to_recordset(%(steps)s) AS x(seq integer, name text, kind text, role text, uses text,
-                                        "with" jsonb, after jsonb, ask text, state text,
-                                        node_id text, chosen jsonb)
-ORDER BY x.seq
-
 -- create_run --
 -- A submit's whole write in one statement (issue 13; R5: steps exist from submit; R12's order;
 -- I1): the needs class, the run, its steps (for a 201 already carrying node_id and runAcquires'
@@ -253,30 +226,6 @@ SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitte
        s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at
 FROM run r LEFT JOIN st s ON true
 ORDER BY s.seq
-
--- insert_leases --
--- All of a run's leases in one statement, ordered by node_id so two transactions taking
--- overlapping node sets lock them in the same order (docs/design.md §9). A conflict on the primary
--- key is I1 at work: the caller maps it to NodeTaken (R2, R9).
-INSERT INTO leases (node_id, run_id, instance, granted_at, not_after)
-SELECT x.node_id, %(run_id)s, x.instance, mediator_now(%(now)s),
-       mediator_now(%(now)s) + make_interval(secs => %(ttl)s)
-FROM jsonb_to_recordset(%(leases)s) AS x(node_id text, instance text)
-ORDER BY x.node_id
-RETURNING node_id
-
--- promote_run --
--- R8: the AND state = 'QUEUED' makes a concurrent promotion or a cancel a quiet no-op (0 rows).
-UPDATE runs SET state = 'RUNNING', assigned = %(assigned)s, started_at = mediator_now(%(now)s)
-WHERE run_id = %(run_id)s AND state = 'QUEUED'
-RETURNING run_id
-
--- assign_steps --
--- R12: steps.node_id, then runAcquires (chosen: what hardware runs each step, FR-3).
-UPDATE steps s
-SET node_id = %(assigned)s::jsonb ->> s.role,
-    chosen  = %(chosen)s::jsonb -> s.role
-WHERE s.run_id = %(run_id)s AND s.kind = 'exec'
 
 -- raise_asks --
 -- raiseAsks (docs/design.md §11): one ask per ask step whose `after` steps all PASSED, step →
@@ -388,10 +337,6 @@ SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitte
 FROM r LEFT JOIN s ON true LEFT JOIN nodes n ON n.node_id = %(node_id)s
 ORDER BY s.seq
 
--- node_row --
-SELECT node_id, instance, drain, expires_at > mediator_now(%(now)s) AS live
-FROM nodes WHERE node_id = %(node_id)s
-
 -- claim_step --
 -- A claim in one statement (issue 13): PENDING → CLAIMED, and its event, only if every condition
 -- of docs/design.md §9 holds — the run RUNNING, the step this node's exec step, the daemon
@@ -450,18 +395,13 @@ WHERE r.run_id = %(run_id)s
 UPDATE steps SET state = %(step_to)s, ended_at = mediator_now(%(now)s), log = log || %(log)s
 WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = ANY(%(step_from)s)
 
--- rollback_step --
--- A `retry` result: back to PENDING with the attempt kept (R15: no release, no wake).
-UPDATE steps SET state = 'PENDING', log = log || %(log)s
-WHERE run_id = %(run_id)s AND seq = %(seq)s AND state = 'CLAIMED'
-
 -- skip_steps --
 UPDATE steps SET state = 'SKIPPED', ended_at = mediator_now(%(now)s)
 WHERE run_id = %(run_id)s AND seq = ANY(%(seqs)s) AND state IN ('PENDING', 'CLAIMED', 'ASKED')
 
 -- run_leases --
 -- With each node's drain policy: the at-boundary check needs it, and it saves a read per node.
-SELECT l.node_id, l.instance, l.not_after, coalesce(n.drain, '') AS drain
+SELECT l.node_id, l.instance, coalesce(n.drain, '') AS drain
 FROM leases l LEFT JOIN nodes n ON n.node_id = l.node_id
 WHERE l.run_id = %(run_id)s ORDER BY l.node_id
 FOR UPDATE OF l

@@ -43,18 +43,20 @@ PGSS = (
 # result 14 (one-step run 35), 202 submit 11, idle sweep 3, promoting result 24, promoting
 # sweep 12. Then the clock became a statement parameter (−1 each), the heartbeat one upsert
 # with its lease renewal, the claim one guarded UPDATE, a submit's write one statement, and a
-# result's locks (run, steps, node row) one statement.
+# result's locks (run, steps, node row) one statement (one-step run 15). Then a result became
+# one unlocked read and one write guarded by runs.version, its wake free when the seal's read
+# finds nothing QUEUED, and a promotion one statement (one-step run 8: issue 13's goal).
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
     "work": 1,
     "claim": 1,
-    "result (last step → settle → seal)": 11,
-    "one-step run": 15,
+    "result (last step → settle → seal)": 4,
+    "one-step run": 8,
     "submit (node busy) → 202": 3,
     "sweep, one run queued, nothing free": 2,
-    "result that frees the node and promotes the queued run": 20,
-    "sweep promoting one queued run": 10,
+    "result that frees the node and promotes the queued run": 8,
+    "sweep promoting one queued run": 4,
 }
 
 

@@ -63,7 +63,7 @@ def test_r2_node_taken_at_create_takes_the_queue_path(dsn, med, clock, tmp_path)
     assert (sub.status, sub.run.state) == (202, "QUEUED")
     with med.store.autocommit() as tx:
         assert tx.busy_nodes() == {"X"}
-        assert [r["node_id"] for r in tx.run_leases("thief")] == ["X"]
+        assert [r.node_id for r in tx.run_leases("thief")] == ["X"]
         assert tx.run_leases("victim") == []  # I5: the rolled-back CreateRun left nothing
 
 

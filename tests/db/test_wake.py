@@ -57,7 +57,7 @@ def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med)
     assert [s.node_id for s in run.steps] == ["X", "X"]
     assert all(s.chosen["node"] == "X" for s in run.steps)
     with med.store.autocommit() as tx:
-        assert tx.run_leases("q")[0]["node_id"] == "X"
+        assert tx.run_leases("q")[0].node_id == "X"
 
 
 def test_wake_keeps_arrival_order_between_runs_competing_for_one_node(med, clock):
