@@ -1,0 +1,96 @@
+"""issue 13: a promotion is one statement, as a submit's create_run is (R7–R9, R12, I1, I5).
+
+The `promote` block flips QUEUED → RUNNING only if the run is still QUEUED (R8), inserts its
+leases so that the lease primary key decides a race (R9, I1 → NodeTaken with nothing written,
+I5), and writes the steps' nodes, the asks due at once and the events in the same statement.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mediator import Mediator
+from mediator.errors import NodeTaken
+from tests.db.conftest import advert, contract
+
+
+def queued(med: Mediator, run_id: str, doc: dict | None = None) -> None:
+    """``run_id`` QUEUED behind a holder of X."""
+    advert(med, "X")
+    assert med.submit(contract("holder")).status == 201
+    sub = med.submit(doc or contract(run_id))
+    assert sub.status == 202, sub
+
+
+def promote(med: Mediator, run_id: str, node: str = "X", instance: str = "i1") -> list | None:
+    events = [
+        {"kind": "promoted", "data": {"assigned": {"dut": node}}},
+        {"node_id": node, "kind": "lease_granted", "data": {}},
+    ]
+    chosen = {"dut": {"node": node, "instance": instance, "matched": {}}}
+    with med.store.autocommit() as tx:
+        return tx.promote(run_id, {"dut": node}, chosen,
+                          [{"node_id": node, "instance": instance}], events, 60.0)  # fmt: skip
+
+
+def facts(med: Mediator, run_id: str) -> tuple:
+    with med.store.autocommit() as tx:
+        return tx.conn.execute(
+            "SELECT (SELECT state FROM runs WHERE run_id = %(r)s),"
+            " (SELECT array_agg(node_id ORDER BY seq) FROM steps WHERE run_id = %(r)s),"
+            " (SELECT array_agg(kind ORDER BY id) FROM events WHERE run_id = %(r)s),"
+            " (SELECT count(*) FROM leases WHERE run_id = %(r)s)",
+            {"r": run_id},
+        ).fetchone()
+
+
+def test_a_lease_conflict_fails_the_whole_promotion_and_writes_nothing(med):
+    # R9, I1, I5: X is the holder's; the promotion's lease insert conflicts, so the run stays
+    # QUEUED with no node on its steps, no event and no lease — nothing half-done.
+    queued(med, "q")
+    with pytest.raises(NodeTaken):
+        promote(med, "q")
+    assert facts(med, "q") == ("QUEUED", [""], ["submitted"], 0)
+
+
+def test_a_run_no_longer_queued_is_not_promoted(med):
+    # R8: a cancel got there first; the conditional update matches nothing, nothing is written.
+    queued(med, "q")
+    med.cancel("q")
+    with med.store.autocommit() as tx:
+        tx.conn.execute("DELETE FROM leases")  # X free, so only R8 can refuse
+    assert promote(med, "q") is None
+    assert facts(med, "q")[0] == "FAILED"
+    assert facts(med, "q")[3] == 0
+
+
+def test_a_promotion_writes_steps_asks_and_events_in_one_statement(med):
+    # R12: the steps get their node and `chosen`, an ask with no `after` is raised at once
+    # (PENDING → ASKED), and the events come in order: promoted, lease_granted, ask_raised.
+    doc = contract("q")
+    doc["steps"].append({"name": "go?", "kind": "ask", "ask": "Start?"})
+    queued(med, "q", doc)
+    with med.store.autocommit() as tx:
+        tx.conn.execute("DELETE FROM leases")
+    asks = promote(med, "q")
+    assert [(a.run_id, a.seq, a.question) for a in asks] == [("q", 1, "Start?")]
+    state, nodes, kinds, leases = facts(med, "q")
+    assert (state, nodes, leases) == ("RUNNING", ["X", ""], 1)
+    assert kinds == ["submitted", "promoted", "lease_granted", "ask_raised"]
+    run = med.get_run("q")
+    assert [s.state for s in run.steps] == ["PENDING", "ASKED"]
+    assert run.steps[0].chosen == {"node": "X", "instance": "i1", "matched": {}}
+
+
+def test_a_submit_with_ask_steps_goes_through_create_run_and_raises_its_asks(med):
+    # issue 13: the ask path no longer has its own insert statements; its 201 body shows the
+    # ask raised, as committed, and the ask is open.
+    advert(med, "X")
+    doc = contract("a")
+    doc["steps"].append({"name": "go?", "kind": "ask", "ask": "Start?"})
+    sub = med.submit(doc)
+    assert sub.status == 201
+    assert [s.state for s in sub.run.steps] == ["PENDING", "ASKED"]
+    assert sub.run.steps == med.get_run("a").steps
+    assert [(a.run_id, a.seq) for a in med.asks()] == [("a", 1)]
+    assert facts(med, "a")[2] == ["submitted", "lease_granted", "ask_raised"]
