@@ -20,7 +20,7 @@ from mediator.flows.after import Change
 from mediator.flows.context import view
 from mediator.flows.submit import lease_rows, run_acquires
 from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, AdvertIndex, Assignment, Reject, match
-from mediator.rows import FleetNode
+from mediator.rows import FleetNode, QueuedRun
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -76,11 +76,10 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
     report = WakeReport()
     if ctx.after.queue_known_empty():
         return report  # issue 13: the caller read after its commit that nothing is QUEUED
-    with ctx.store.autocommit() as tx:
-        classes = tx.queued_classes()
-        if not classes:
-            return report  # R13's cost argument: an empty queue costs one query
-        fleet = tx.fleet()
+    with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
+        classes, fleet, head = tx.sweep_head(_PAGE)
+    if not classes:
+        return report  # R13's cost argument: an empty queue costs one query
     report.classes = len(classes)
     adverts, busy, draining = view(fleet)
     unavailable = busy | draining
@@ -107,13 +106,21 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
     for key in needs:
         decide(key)
     viable = [k for k in needs if k not in failed]
-    after_at: datetime | str = "-infinity"
-    after_id = ""
+    # The first page is the queue's head, read with the classes; past a full head, pages of
+    # the viable classes only, in the same (created_at, run_id) order (R6).
+    page: list[QueuedRun] | None = [q for q in head if q.needs_key in set(viable)]
+    more = len(head) == _PAGE
+    after_at: datetime | str = head[-1].created_at if head else "-infinity"
+    after_id = head[-1].run_id if head else ""
     while viable and live - unavailable:
-        with ctx.store.autocommit() as tx:
-            page = tx.queued_page(viable, after_at, after_id, _PAGE)
-        if not page:
-            break
+        if page is None:
+            if not more:
+                break  # the queue's end: a run queued since is its submitter's to sweep (R17)
+            with ctx.store.autocommit() as tx:
+                page = tx.queued_page(viable, after_at, after_id, _PAGE)
+            more = len(page) == _PAGE
+            if page:
+                after_at, after_id = page[-1].created_at, page[-1].run_id
         for q in page:
             if not live - unavailable:
                 break  # early stop: nothing left to give
@@ -157,9 +164,7 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
                     unavailable |= set(res.roles.values())  # R9: taken by us now
                     memo.clear()
                 break  # promoted, or R8: another sweep or a cancel got there first
-        if len(page) < _PAGE:
-            break  # the queue's end: a run queued since is its submitter's to sweep (R17)
-        after_at, after_id = page[-1].created_at, page[-1].run_id
+        page = None
         viable = [k for k in viable if k not in failed]
     return report
 

@@ -127,7 +127,10 @@ class Tx:
         check_edges(params or {})
         with self.conn.cursor(row_factory=row or dict_row) as cur:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
-            return cur.fetchall() if cur.description else []
+            # pgresult.nfields, not description: description builds a Column per column on
+            # every call, and the row factory builds it once more (issue 13: per-statement cost)
+            res = cur.pgresult
+            return cur.fetchall() if res is not None and res.nfields else []
 
     def _one(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> Any:
         rows = self._rows(name, params, row)
@@ -142,9 +145,6 @@ class Tx:
     # ---- reads -------------------------------------------------------------------------------
     def observed_at(self) -> datetime:
         return self._one("observed_at")["observed_at"]  # type: ignore[no-any-return]
-
-    def fleet(self) -> list[FleetNode]:
-        return self._rows("fleet", row=class_row(FleetNode))
 
     def fleet_for(self, roles: dict[str, dict[str, Any]]) -> list[FleetNode]:
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
@@ -179,8 +179,21 @@ class Tx:
     def list_queued(self) -> list[QueuedRun]:
         return self._rows("list_queued", row=class_row(QueuedRun))
 
-    def queued_classes(self) -> list[NeedsClass]:
-        return self._rows("queued_classes", row=class_row(NeedsClass))
+    def sweep_head(self, limit: int) -> tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]:
+        """The waiting needs classes, the live fleet (node_id order) and the first ``limit``
+        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued."""
+        classes, fleet, head = [], [], []
+        for r in self._rows("sweep_head", {"limit": limit}):
+            if r["part"] == "class":
+                classes.append(NeedsClass(r["needs_key"], r["needs"]))
+            elif r["part"] == "node":
+                fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
+                                       r["drain"], r["busy"]))  # fmt: skip
+            else:
+                head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
+        fleet.sort(key=lambda n: n.node_id)
+        head.sort(key=lambda q: (q.created_at, q.run_id))
+        return classes, fleet, head
 
     def queued_page(
         self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int

@@ -13,14 +13,6 @@ SELECT version FROM schema_version
 -- so a countdown computed from it is never negative.
 SELECT mediator_now(%(now)s) AS observed_at
 
--- fleet --
--- LiveAdverts, BusyNodes and DrainingNodes in one read: the matcher's whole input.
-SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
-FROM nodes n
-LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s)
-ORDER BY n.node_id
-
 -- fleet_for --
 -- The fleet as submit needs it: only live nodes that might serve some role of this contract.
 -- A superset of the matcher's candidates (a need `true` only asks for the key here; the matcher
@@ -141,19 +133,6 @@ ORDER BY created_at, run_id
 -- live_contract --
 -- The liveContract rule of seed 003 §6.
 SELECT coalesce(contract_versions -> -1, contract) AS contract FROM runs WHERE run_id = %(run_id)s
-
--- queued_classes --
--- The distinct needs classes now waiting, by a loose index scan over runs_queue_class: one
--- index probe per class, so the cost follows the number of classes, not of queued runs (P2).
-WITH RECURSIVE k(needs_key) AS (
-    (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.needs_key FROM runs r
-            WHERE r.state = 'QUEUED' AND r.needs_key > k.needs_key
-            ORDER BY r.needs_key LIMIT 1)
-    FROM k WHERE k.needs_key IS NOT NULL
-)
-SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
 
 -- queued_page --
 -- The queue in FIFO order restricted to classes that may move, one page at a time (keyset
@@ -727,3 +706,38 @@ WITH run AS (
 SELECT r.run_id, i.ask_id, i.seq, i.question, i.raised_at
 FROM run r LEFT JOIN ins i ON true
 ORDER BY i.seq
+
+-- sweep_head --
+-- A sweep's first read in one statement (issue 13): the needs classes now waiting (a loose
+-- index scan over runs_queue_class: one probe per class, so the cost follows the number of
+-- classes, not of queued runs, P2), the live fleet (LiveAdverts + BusyNodes + DrainingNodes:
+-- the matcher's whole input) and the head of the
+-- queue in FIFO order (R6: created_at, run_id) — told apart by `part`. Nodes and runs come only
+-- when some class waits, so an empty queue costs this one statement and returns nothing (R13's
+-- cost argument). The sweep pages on with queued_page only past a full head.
+WITH RECURSIVE k(needs_key) AS (
+    (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.needs_key FROM runs r
+            WHERE r.state = 'QUEUED' AND r.needs_key > k.needs_key
+            ORDER BY r.needs_key LIMIT 1)
+    FROM k WHERE k.needs_key IS NOT NULL
+), cls AS (
+    SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
+)
+SELECT 'class' AS part, c.needs_key, c.needs, NULL::text AS node_id,
+       NULL::jsonb AS capabilities, NULL::text AS instance, NULL::text AS drain,
+       NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at
+FROM cls c
+UNION ALL
+SELECT 'node', NULL, NULL, n.node_id, n.capabilities, n.instance, n.drain,
+       (l.node_id IS NOT NULL), NULL, NULL
+FROM nodes n
+LEFT JOIN leases l ON l.node_id = n.node_id
+WHERE n.expires_at > mediator_now(%(now)s) AND EXISTS (SELECT 1 FROM cls)
+UNION ALL
+(SELECT 'queued', r.needs_key, NULL, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
+ FROM runs r
+ WHERE r.state = 'QUEUED' AND EXISTS (SELECT 1 FROM cls)
+ ORDER BY r.created_at, r.run_id
+ LIMIT %(limit)s)

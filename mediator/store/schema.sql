@@ -69,7 +69,7 @@ CREATE TABLE runs (
 );
 -- The queue in FIFO order (R6: created_at, run_id breaks ties).
 CREATE INDEX runs_queue ON runs (created_at, run_id) WHERE state = 'QUEUED';
--- The distinct needs classes waiting (a loose index scan in queued_classes).
+-- The distinct needs classes waiting (a loose index scan in sweep_head).
 CREATE INDEX runs_queue_class ON runs (needs_key, created_at, run_id) WHERE state = 'QUEUED';
 CREATE INDEX runs_listing ON runs (created_at DESC, run_id DESC);
 CREATE INDEX runs_work ON runs (work_id, created_at DESC) WHERE work_id <> '';

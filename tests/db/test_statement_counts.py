@@ -45,7 +45,8 @@ PGSS = (
 # with its lease renewal, the claim one guarded UPDATE, a submit's write one statement, and a
 # result's locks (run, steps, node row) one statement (one-step run 15). Then a result became
 # one unlocked read and one write guarded by runs.version, its wake free when the seal's read
-# finds nothing QUEUED, and a promotion one statement (one-step run 8: issue 13's goal).
+# finds nothing QUEUED, a promotion one statement, and a sweep's reads (classes, fleet, the
+# queue's head) one statement (one-step run 8: issue 13's goal).
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
@@ -54,9 +55,9 @@ BOUND = {
     "result (last step → settle → seal)": 4,
     "one-step run": 8,
     "submit (node busy) → 202": 3,
-    "sweep, one run queued, nothing free": 2,
-    "result that frees the node and promotes the queued run": 8,
-    "sweep promoting one queued run": 4,
+    "sweep, one run queued, nothing free": 1,
+    "result that frees the node and promotes the queued run": 6,
+    "sweep promoting one queued run": 2,
 }
 
 

@@ -26,7 +26,7 @@ def test_every_shipped_query_reads_time_through_mediator_now():
     """docs/design.md §13: no statement reads the wall clock (the time-leak rule). The clock's
     instant is a parameter of each statement (issue 13), so the bare ``mediator_now()`` — which
     reads a session setting nobody sets any more — would leak the wall clock too."""
-    assert "upsert_advert" in QUERIES and "queued_classes" in QUERIES
+    assert "upsert_advert" in QUERIES and "sweep_head" in QUERIES
     for name, sql in QUERIES.items():
         lowered = sql.lower().replace("mediator_now(%(now)s)", "")
         assert "mediator_now()" not in lowered, f"{name} reads time without the clock's instant"
