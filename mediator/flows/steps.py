@@ -2,10 +2,12 @@
 
 Steps are claimed and reported by nodes; a result releases nodes as soon as they are done with a
 run (applyRelease), settles the run when every step is terminal (SettleIfDone), and wakes the queue
-(wake 1). :func:`progress`, :func:`end` and :func:`release` are the moves the other flows share
-(answers, cancel, the reaper, restart detection, drains): each runs inside its caller's
-transaction, which follows the locking rule — run row, then steps, leases, asks. Sealing, PushAsks
-and the wake run after commit through :class:`~mediator.flows.after.AfterCommit`.
+(wake 1). A result is one read and one write (issue 13): :mod:`mediator.progress` decides from the
+read, and the write applies only if the run is unchanged since (its version), else the result
+reads and decides again. :func:`progress`, :func:`end` and :func:`release` are the moves the other
+flows share (answers, cancel, the reaper, restart detection, drains): each runs inside its
+caller's transaction, which follows the locking rule — run row, then steps, leases, asks. Sealing,
+PushAsks and the wake run after commit through :class:`~mediator.flows.after.AfterCommit`.
 """
 
 from __future__ import annotations
@@ -311,7 +313,8 @@ def report(
     instance: str | None = None,
 ) -> ReportResult:
     """A step's result (docs/design.md §9); wakes the queue after commit (wake 1) unless it
-    was a ``retry`` rollback (R15).
+    was a ``retry`` rollback (R15). Two statements when nothing races it (issue 13), plus the
+    seal's two when it settles the run.
 
     Raises:
         ContractError: a malformed outcome, attempt or log (400).
