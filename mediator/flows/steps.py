@@ -20,16 +20,14 @@ from mediator import contract as contract_mod
 from mediator.errors import Conflict, ContractError, Forbidden, NotFound, StoreUnavailable
 from mediator.flows.after import Change
 from mediator.flows.wake import Wake
-from mediator.progress import Decision, decide_result, drained_at_boundary
+from mediator.progress import Decision, decide_result, end_early
+from mediator.progress import progress as decide_progress
 from mediator.rows import Applied, ClaimRefusal, NodeState, ResultSource, Run, Step
 from mediator.states import (
     TERMINAL_RUN,
-    TERMINAL_STEP,
     RunState,
     StepState,
     Verdict,
-    run_transition,
-    settle_verdict,
     step_transition,
 )
 from mediator.store.db import Tx
@@ -66,6 +64,24 @@ def release(
     return released
 
 
+def apply_locked(tx: Tx, run: Run, decision: Decision, events: list[dict[str, Any]]) -> Change:
+    """Apply a decision of :mod:`mediator.progress` inside the caller's transaction, which holds
+    the run row (the locking rule): skips, asks raised, the run ended, asks closed, leases
+    released. The caller inserts ``events`` (the decision's ``tail`` and one ``lease_released``
+    per node freed are appended to it; ``raise_asks`` writes its own ``ask_raised`` events)."""
+    change = Change(run.run_id, settled=decision.settled)
+    tx.skip_steps(run.run_id, decision.skipped)
+    if decision.asks:
+        change.asks = tx.raise_asks(run.run_id)
+    if decision.close_asks:
+        tx.close_asks(run.run_id)
+    if decision.run_to is not None:
+        tx.end_run(run.run_id, decision.run_to, str(decision.verdict))
+    events += [{**e, "run_id": run.run_id} for e in decision.tail]
+    change.released = release(tx, run.run_id, decision.release, decision.release_reason, events)
+    return change
+
+
 def end(
     tx: Tx,
     run: Run,
@@ -75,27 +91,11 @@ def end(
     *,
     gone: Iterable[str] = (),
 ) -> list[str]:
-    """End a run early (cancel, lost, drained): open steps SKIPPED, asks closed, FAILED.
-
-    A node still running a CLAIMED step keeps its lease until that step's result arrives or
-    the lease expires (I2's exception; our departure from the original design, design.md
-    §21), unless the node is ``gone`` (its lease expired or its daemon restarted): then the
-    step can never report and is SKIPPED too. Returns the released nodes.
-    """
-    gone = set(gone)
-    skip = []
-    for s in steps:
-        if s.state in OPEN or (s.state == StepState.CLAIMED and s.node_id in gone):
-            step_transition(s.state, StepState.SKIPPED)
-            skip.append(s.seq)
-    tx.skip_steps(run.run_id, skip)
-    tx.close_asks(run.run_id)
-    run_transition(run.state, RunState.FAILED)
-    tx.end_run(run.run_id, RunState.FAILED, verdict)
-    events.append(ev(run.run_id, "settled", state="FAILED", verdict=str(verdict)))
-    still = {s.node_id for s in steps if s.state == StepState.CLAIMED and s.node_id not in gone}
-    leased = [r.node_id for r in tx.run_leases(run.run_id)]
-    return release(tx, run.run_id, [n for n in leased if n not in still], str(verdict), events)
+    """End a run early (cancel, lost, drained) as :func:`mediator.progress.end_early` decides:
+    open steps SKIPPED, asks closed, FAILED; a node still running a CLAIMED step keeps its lease
+    (I2's exception) unless it is ``gone``. Returns the released nodes."""
+    decision = end_early(run.state, steps, tx.run_leases(run.run_id), verdict, gone=gone)
+    return apply_locked(tx, run, decision, events).released
 
 
 def progress(
@@ -104,42 +104,14 @@ def progress(
     events: list[dict[str, Any]],
     steps: list[Step] | None = None,
 ) -> Change:
-    """After a step became terminal in a RUNNING run: at-boundary drain, raiseAsks,
-    applyRelease, SettleIfDone — all inside the caller's transaction (R15's point: the
-    partial release rides on the result's wake). ``steps`` is the run's steps as this
-    transaction left them, when the caller knows them (saves a read)."""
-    change = Change(run.run_id)
+    """After a step became terminal in a RUNNING run (an answer): at-boundary drain, raiseAsks,
+    applyRelease, SettleIfDone as :func:`mediator.progress.progress` decides, applied inside the
+    caller's transaction. ``steps`` is the run's steps as this transaction left them, when the
+    caller knows them (saves a read)."""
     if steps is None:
         steps = tx.steps(run.run_id)
-    leases = tx.run_leases(run.run_id)
-    leased = [r.node_id for r in leases]
-    if any(drained_at_boundary(r.node_id, steps) for r in leases if r.drain == "at-boundary"):
-        # at-boundary drain (docs/design.md §10, amended): a node the run still needs, with
-        # no step CLAIMED on it, ends the run — remaining steps SKIPPED, FAILED/drained.
-        # A node the run no longer needs is simply released below (applyRelease), so the
-        # outcome does not depend on whether the drain advert or the result came first.
-        change.released = end(tx, run, steps, Verdict.DRAINED, events)
-        change.settled = RunState.FAILED
-        return change
-    if any(s.kind == "ask" and s.state == StepState.PENDING for s in steps):
-        change.asks = tx.raise_asks(run.run_id)
-        if change.asks:
-            steps = tx.steps(run.run_id)
-    # applyRelease: a node whose steps in this run are all terminal is free at once.
-    done = [n for n in leased if all(s.state in TERMINAL_STEP for s in steps if s.node_id == n)]
-    decision = settle_verdict(s.state for s in steps)
-    if decision is not None:
-        state, verdict = decision
-        run_transition(run.state, state)
-        tx.end_run(run.run_id, state, verdict)
-        if any(s.kind == "ask" for s in steps):
-            tx.close_asks(run.run_id)
-        events.append(ev(run.run_id, "settled", state=str(state), verdict=str(verdict)))
-        change.settled = state
-        change.released = release(tx, run.run_id, leased, "settled", events)
-    else:
-        change.released = release(tx, run.run_id, done, "partial", events)
-    return change
+    decision = decide_progress(run.state, steps, tx.run_leases(run.run_id))
+    return apply_locked(tx, run, decision, events)
 
 
 # ---- steps (docs/design.md §9) -------------------------------------------------------------------
