@@ -11,6 +11,7 @@ import pytest
 
 from mediator import Mediator
 from mediator.errors import NodeTaken
+from mediator.store.db import Tx
 from tests.db.conftest import advert, contract
 
 
@@ -94,3 +95,30 @@ def test_a_submit_with_ask_steps_goes_through_create_run_and_raises_its_asks(med
     assert sub.run.steps == med.get_run("a").steps
     assert [(a.run_id, a.seq) for a in med.asks()] == [("a", 1)]
     assert facts(med, "a")[2] == ["submitted", "lease_granted", "ask_raised"]
+
+
+def test_a_sweep_pages_past_a_full_head_to_a_run_that_can_go(med, monkeypatch):
+    # issue 13 with R6: the sweep's first read brings the queue's head (64 runs, any class);
+    # when the head is full and none of it can move, the sweep pages on through the classes
+    # that can, in FIFO order, and promotes the run waiting behind them.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    assert med.submit(contract("hold-x", dut={"board": "x"})).status == 201
+    assert med.submit(contract("hold-y", dut={"board": "y"})).status == 201
+    for i in range(70):  # more than a page: none can move while X is held
+        assert med.submit(contract(f"x{i:02d}", dut={"board": "x"})).status == 202
+    assert med.submit(contract("y-late", dut={"board": "y"})).status == 202  # sorts after x..
+    with med.store.autocommit() as tx:  # Y's holder ends outside the flows: no wake
+        tx.conn.execute("DELETE FROM leases WHERE run_id = 'hold-y'")
+        tx.conn.execute(
+            "UPDATE runs SET state = 'PASSED', verdict = 'pass' WHERE run_id = 'hold-y'"
+        )
+    pages = []
+    original = Tx.queued_page
+    monkeypatch.setattr(
+        Tx, "queued_page", lambda self, *a: pages.append(a[0]) or original(self, *a)
+    )
+    report = med.wake_queued()
+    assert report.promoted == ["y-late"]
+    assert [len(keys) for keys in pages] == [1]  # one page past the head, of y's class only
+    assert med.get_run("x00").state == "QUEUED"
