@@ -252,8 +252,8 @@ class QueuedDetail:
 
 @dataclass(frozen=True)
 class SealSource:
-    """Everything a record's seal is generated from (docs/design.md §12), and whether a run is
-    QUEUED, read after the terminal commit: a result skips its wake when nothing is (issue 13)."""
+    """Everything a record's seal is generated from (docs/design.md §12): read by seal_source,
+    or returned by the result that settled the run (issue 13)."""
 
     state: str
     verdict: str | None
@@ -261,7 +261,6 @@ class SealSource:
     contract: dict[str, Any]
     events: list[dict[str, Any]]
     logs: list[list[Any]]
-    queued: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,8 +329,10 @@ class ResultSource:
 @dataclass(frozen=True)
 class Applied:
     """What ``apply_result`` did. ``matched`` False: the run changed since it was read (its
-    version moved) and nothing was written — read again and decide again."""
+    version moved) and nothing was written — read again and decide again. ``seal``: the
+    record's source when the result settled the run."""
 
     matched: bool
     released: tuple[str, ...] = ()
     asks: tuple[Ask, ...] = ()
+    seal: SealSource | None = None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mediator.errors import StoreUnavailable
 from mediator.flows.wake import Wake
-from mediator.rows import Ask
+from mediator.rows import Ask, SealSource
 from mediator.states import RunState
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ class Change:
     settled: str = ""
     released: list[str] = field(default_factory=list)
     asks: list[Ask] = field(default_factory=list)
+    # The record's source, when the transaction that settled the run returned it (issue 13: a
+    # result's write does); None: the seal reads it.
+    source: SealSource | None = None
 
 
 class AfterCommit:
@@ -60,14 +63,15 @@ class AfterCommit:
         record is logged, counted and retried by the reaper, issue 11 §5–6), so neither the
         committed answer nor the wake ever depends on the records folder.
 
-        A seal reads, after the commit, whether any run is QUEUED (issue 13): when none is, the
-        wake that follows knows the queue is empty and costs no statement (its sweep returns at
-        once). A run queued after that read is its submitter's to sweep: R17's guard runs after
-        that submit's commit and sees every release committed before this read."""
+        A seal's last statement reads, after the commit, whether any run is QUEUED (issue 13):
+        when none is, the wake that follows knows the queue is empty and costs no statement (its
+        sweep returns at once). A run queued after that read is its submitter's to sweep: R17's
+        guard runs after that submit's commit and sees every release committed before this
+        read."""
         queued: bool | None = None  # unknown: no seal read it
         for c in changes:
             if c.settled:
-                seen = self._seal_reading_queue(c.run_id)
+                seen = self._seal_reading_queue(c.run_id, c.source)
                 queued = seen if seen is not None else queued
             if c.asks:
                 self.push_asks(c.asks)
@@ -172,13 +176,14 @@ class AfterCommit:
         """
         return self._seal(run_id)[0]
 
-    def _seal(self, run_id: str) -> tuple[bool, bool | None]:
-        """:meth:`seal`, and whether any run was QUEUED when its source was read (None: not
-        read)."""
-        with self.ctx.store.autocommit() as tx:
-            src = tx.seal_source(run_id)
+    def _seal(self, run_id: str, src: SealSource | None = None) -> tuple[bool, bool | None]:
+        """:meth:`seal` from ``src`` (None: read it), and whether any run was QUEUED when the
+        record was marked sealed (None: not read)."""
+        if src is None:
+            with self.ctx.store.autocommit() as tx:
+                src = tx.seal_source(run_id)
         if src is None or src.state not in (RunState.PASSED, RunState.FAILED):
-            return False, None if src is None else src.queued
+            return False, None
         sealed = self.ctx.records.seal(
             run_id,
             contract=src.contract or {},
@@ -189,8 +194,8 @@ class AfterCommit:
             step_logs=[(seq, name, log) for seq, name, log in src.logs],
         )
         with self.ctx.store.autocommit() as tx:  # one statement: atomic on its own
-            tx.mark_sealed(run_id)
-        return sealed, src.queued
+            queued = tx.mark_sealed(run_id)
+        return sealed, queued
 
     def seal_safely(self, run_id: str) -> bool:
         """Seal after a commit, isolated: a failing record is logged and counted, stays
@@ -198,13 +203,13 @@ class AfterCommit:
         pass; it never stops other seals or the wake that follows (issue 11 §6)."""
         return self._seal_safely(run_id)[0]
 
-    def _seal_reading_queue(self, run_id: str) -> bool | None:
+    def _seal_reading_queue(self, run_id: str, src: SealSource | None) -> bool | None:
         """:meth:`seal_safely`; whether any run is QUEUED (None: unknown, the seal failed)."""
-        return self._seal_safely(run_id)[1]
+        return self._seal_safely(run_id, src)[1]
 
-    def _seal_safely(self, run_id: str) -> tuple[bool, bool | None]:
+    def _seal_safely(self, run_id: str, src: SealSource | None = None) -> tuple[bool, bool | None]:
         try:
-            return self._seal(run_id)
+            return self._seal(run_id, src)
         except StoreUnavailable:
             return False, None  # the database is gone: the next pass finds it unsealed
         except Exception:

@@ -305,7 +305,9 @@ def report(
                                              instance)  # fmt: skip
     if decision.step is not None and not decision.step[2]:
         return ReportResult("", True, (), StepState.PENDING)  # R15: a rollback does not wake
-    change = Change(run_id, decision.settled, list(applied.released), list(applied.asks))
+    change = Change(
+        run_id, decision.settled, list(applied.released), list(applied.asks), applied.seal
+    )
     ctx.after([change], Wake.RESULT if not ended or change.released else None)
     if ended:
         raise Conflict(f"Run {run_id} has ended; stop working on it.", code="run_ended")

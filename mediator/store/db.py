@@ -224,8 +224,9 @@ class Tx:
     def seal_source(self, run_id: str) -> SealSource | None:
         return self._one("seal_source", {"run_id": run_id}, row=class_row(SealSource))  # type: ignore[no-any-return]
 
-    def mark_sealed(self, run_id: str) -> None:
-        self._exec("mark_sealed", {"run_id": run_id})
+    def mark_sealed(self, run_id: str) -> bool:
+        """Mark the run's record sealed; returns whether any run is QUEUED, read now."""
+        return bool(self._one("mark_sealed", {"run_id": run_id})["queued"])
 
     def unsealed_runs(self, limit: int = 1000) -> list[str]:
         return [r["run_id"] for r in self._rows("unsealed_runs", {"limit": limit})]
@@ -387,7 +388,9 @@ class Tx:
             for r in rows
             if r["ask_id"] is not None
         )  # fmt: skip
-        return Applied(True, tuple(rows[0]["released"]), asks)
+        first = rows[0]
+        seal = SealSource(**_split(first, "seal_")) if first["seal_state"] is not None else None
+        return Applied(True, tuple(first["released"]), asks, seal)
 
     def promote(
         self,

@@ -262,7 +262,14 @@ SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, 
 FROM steps WHERE run_id = %(run_id)s ORDER BY seq
 
 -- mark_sealed --
-UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 'FAILED')
+-- And whether any run is QUEUED, read after the terminal commit (this statement follows the seal,
+-- which follows the commit): a result that settled skips its wake's sweep when nothing waits
+-- (issue 13) without a statement of its own. A submit that queues a run after this read runs its
+-- own R17 sweep after its commit, and sees this release.
+WITH m AS (
+    UPDATE runs SET sealed = true WHERE run_id = %(run_id)s AND state IN ('PASSED', 'FAILED')
+)
+SELECT EXISTS (SELECT 1 FROM runs q WHERE q.state = 'QUEUED') AS queued
 
 -- unsealed_runs --
 -- Terminal runs whose record was not sealed (a crash between commit and seal): startup and every
@@ -470,18 +477,15 @@ FROM runs WHERE started_at IS NOT NULL
 SELECT 1 AS ok
 
 -- seal_source --
--- Everything a record's seal is generated from, in one read (docs/design.md §12); and whether any
--- run is QUEUED, read after the terminal commit, so a result that settled skips its wake when
--- nothing waits (issue 13) without a statement of its own — after the commit, so a queued submit
--- that commits later runs its own R17 sweep and sees this release.
+-- Everything a record's seal is generated from, in one read (docs/design.md §12). A result that
+-- settles its run gets the same from apply_result instead (issue 13).
 SELECT r.state, r.verdict, r.ended_at, r.contract,
        coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', e.id, 'at', e.at, 'run_id', e.run_id, 'node_id', e.node_id,
                         'kind', e.kind, 'data', e.data) ORDER BY e.id)
                  FROM events e WHERE e.run_id = r.run_id), '[]'::jsonb) AS events,
        coalesce((SELECT jsonb_agg(jsonb_build_array(s.seq, s.name, s.log) ORDER BY s.seq)
-                 FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs,
-       EXISTS (SELECT 1 FROM runs q WHERE q.state = 'QUEUED') AS queued
+                 FROM steps s WHERE s.run_id = r.run_id), '[]'::jsonb) AS logs
 FROM runs r WHERE r.run_id = %(run_id)s
 
 -- unsealed_count --
@@ -558,7 +562,7 @@ ORDER BY s.seq
 -- wrote the run or its steps since bumped it — and the at-boundary nodes of its leases and the
 -- reporting node's instance are still as read (an advert changes the node row, not the run).
 -- Every other part reads `g`, so a failed guard writes nothing and returns no row: the flow reads
--- again and decides again. The run row is taken first, then steps, leases and asks: the locking
+-- again and decides again. When the run settles, the row also carries its record's source. The run row is taken first, then steps, leases and asks: the locking
 -- order of docs/design.md §9. Two results of one run serialise on the run row; the second finds
 -- the version moved, so exactly one of them sees the run's last open step end and settles it.
 -- State targets are parameters checked against mediator.states by the store (%(…_to)s from the
@@ -577,7 +581,7 @@ WITH g AS (
                     FROM leases l JOIN nodes n ON n.node_id = l.node_id
                     WHERE l.run_id = %(run_id)s AND n.drain = 'at-boundary'), '{}')
           = %(boundary)s::text[]
-    RETURNING run_id
+    RETURNING run_id, state, verdict, ended_at, contract
 ), fin AS (
     UPDATE steps s
     SET state    = %(step_to)s::text,
@@ -585,7 +589,7 @@ WITH g AS (
         ended_at = CASE WHEN %(step_ends)s::boolean THEN mediator_now(%(now)s) ELSE s.ended_at END
     FROM g
     WHERE s.run_id = g.run_id AND s.seq = %(seq)s::integer AND s.state = ANY(%(step_from)s::text[])
-    RETURNING s.seq
+    RETURNING s.seq, s.log
 ), sk AS (
     UPDATE steps s SET state = %(skip_to)s::text, ended_at = mediator_now(%(now)s)
     FROM g
@@ -638,10 +642,31 @@ WITH g AS (
         FROM g, rel r
     ) e
     ORDER BY e.ord
+    RETURNING id, at, run_id, node_id, kind, data
 )
 SELECT g.run_id,
        coalesce((SELECT array_agg(node_id ORDER BY node_id) FROM rel), '{}') AS released,
-       i.ask_id, i.seq, i.question, i.raised_at
+       i.ask_id, i.seq, i.question, i.raised_at,
+       -- When the run settles: its record's source as seal_source would read it after the
+       -- commit (docs/design.md §12) — the events before and those just written, the step logs
+       -- as this statement leaves them — so the seal needs no read of its own (issue 13).
+       CASE WHEN %(run_to)s::text IS NOT NULL THEN g.state END AS seal_state,
+       g.verdict AS seal_verdict, g.ended_at AS seal_ended_at, g.contract AS seal_contract,
+       CASE WHEN %(run_to)s::text IS NOT NULL THEN
+           (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'id', x.id, 'at', x.at, 'run_id', x.run_id, 'node_id', x.node_id,
+                       'kind', x.kind, 'data', x.data) ORDER BY x.id), '[]'::jsonb)
+            FROM (SELECT id, at, run_id, node_id, kind, data FROM events
+                  WHERE run_id = g.run_id
+                  UNION ALL
+                  SELECT id, at, run_id, node_id, kind, data FROM ev) x)
+       END AS seal_events,
+       CASE WHEN %(run_to)s::text IS NOT NULL THEN
+           (SELECT coalesce(jsonb_agg(jsonb_build_array(
+                       s.seq, s.name, coalesce(f.log, s.log)) ORDER BY s.seq), '[]'::jsonb)
+            FROM steps s LEFT JOIN fin f ON f.seq = s.seq
+            WHERE s.run_id = g.run_id)
+       END AS seal_logs
 FROM g LEFT JOIN ins i ON true
 ORDER BY i.seq
 

@@ -217,3 +217,37 @@ def test_a_result_that_keeps_losing_races_takes_the_run_lock_and_completes(med, 
         kinds = [k for (k,) in tx.conn.execute(
             "SELECT kind FROM events WHERE run_id = 'busy' AND kind = 'result'")]  # fmt: skip
     assert kinds == ["result"]
+
+
+def test_the_record_sealed_from_the_result_s_own_write_is_the_one_a_read_would_give(med, tmp_path):
+    # issue 13: the result that settles a run returns its record's source from the same
+    # statement (events before and just written, logs as left), so the seal reads nothing. The
+    # files must be byte for byte those a seal from seal_source after the commit writes.
+    from mediator.records import Records
+
+    advert(med, "X", board="x")
+    doc = contract("rec", steps=3, dut={"board": "x"})
+    doc["steps"][1]["after"] = [doc["steps"][0]["name"]]
+    med.submit(doc)
+    first = med.claim("rec", 0, "X", "i1")
+    med.report("rec", 0, "X", first.attempt, "retry", log="flaky\n", instance="i1")
+    again = med.claim("rec", 0, "X", "i1")
+    med.report("rec", 0, "X", again.attempt, "fail", log="broke\x00\n", instance="i1")  # skips 1
+    last = med.claim("rec", 2, "X", "i1")
+    result = med.report("rec", 2, "X", last.attempt, "pass", log="ok\n", instance="i1")
+    assert result.settled == "FAILED" and med.get_run("rec").sealed
+
+    other = Records(tmp_path / "from-a-read")
+    with med.store.autocommit() as tx:
+        src = tx.seal_source("rec")
+    assert src is not None
+    assert other.seal("rec", contract=src.contract, state=src.state, verdict=src.verdict,
+                      ended_at=src.ended_at.isoformat() if src.ended_at else None,
+                      events=src.events, step_logs=[tuple(x) for x in src.logs])  # fmt: skip
+
+    def files(root):
+        return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    sealed = files(med.records.dir("rec"))
+    assert sealed == files(other.dir("rec"))
+    assert len(sealed) == 6  # contract, events, seal and three step logs

@@ -46,17 +46,18 @@ PGSS = (
 # result's locks (run, steps, node row) one statement (one-step run 15). Then a result became
 # one unlocked read and one write guarded by runs.version, its wake free when the seal's read
 # finds nothing QUEUED, a promotion one statement, and a sweep's reads (classes, fleet, the
-# queue's head) one statement (one-step run 8: issue 13's goal).
+# queue's head) one statement (one-step run 8: issue 13's goal); then the settling result
+# returned its record's source, so the seal reads nothing (one-step run 7).
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
     "work": 1,
     "claim": 1,
-    "result (last step → settle → seal)": 4,
-    "one-step run": 8,
+    "result (last step → settle → seal)": 3,
+    "one-step run": 7,
     "submit (node busy) → 202": 3,
     "sweep, one run queued, nothing free": 1,
-    "result that frees the node and promotes the queued run": 6,
+    "result that frees the node and promotes the queued run": 5,
     "sweep promoting one queued run": 2,
 }
 
