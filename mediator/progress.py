@@ -12,7 +12,7 @@ the decision checks each move with ``run_transition``/``step_transition`` as it 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mediator import contract as contract_mod
@@ -57,7 +57,7 @@ class Decision:
     verdict: Verdict | None = None
     close_asks: bool = False
     head: tuple[dict[str, Any], ...] = ()
-    tail: tuple[dict[str, Any], ...] = field(default=())
+    tail: tuple[dict[str, Any], ...] = ()
 
     @property
     def settled(self) -> str:
