@@ -17,11 +17,11 @@ was driven as a scheduling difference.
   capabilities on return. The advert's expiry (what the broker returned) is when a dark node stops
   looking live; a bookkeeping event marks it, for stuck accounting.
 - a node runs one step at a time. When it is idle and up, and not draining at-boundary (the broker
-  would refuse the claim), it asks for work after every event that concerns it — its advert, its
-  own result, a start, result or answer of a run it serves — and claims the lowest-positioned
-  claimable step: at once with claim latency 0, else `claim_latency_s` later (rechecking then).
-  Its result is reported `duration_s` after the claim, the plan's pre-sampled attempt; a daemon
-  that vanished or restarted meanwhile never reports it (`Daemon.run_epoch`).
+  would refuse the claim), it asks for work after every event that concerns it — its advert, a
+  start, result (its own included) or answer of a run it serves — and claims the
+  lowest-positioned claimable step: at once with claim latency 0, else `claim_latency_s` later
+  (rechecking then). Its result is reported `duration_s` after the claim, the plan's pre-sampled
+  attempt; a daemon that vanished or restarted meanwhile never reports it (`Daemon.run_epoch`).
 - a human answers an ask `delay_s` after it is raised.
 - the reaper runs at k·renew_s while some node is dark and may still be given a lease (its advert
   has not expired) or still holds one; only a dark node's lease can expire (live nodes renew
@@ -78,8 +78,9 @@ class Broker(Protocol):
     """Virtual time in µs; the loop sets it before every event (the Mediator's clock reads it)."""
 
     touched: list[int]
-    """Runs started, promoted, or with a step finished since the loop last looked; the loop
-    empties it after every event and lets those runs' idle nodes ask for work."""
+    """Runs started, promoted, or with a result or answer since the loop last looked (a broker
+    may leave out runs that ended: nothing is left to claim there); the loop empties it after
+    every event and lets those runs' idle nodes ask for work."""
 
     @property
     def dirty(self) -> bool:
@@ -194,7 +195,7 @@ class Driver:
         if self.plan.fleet_events:
             self._push(to_us(self.plan.fleet_events[0].at_s), FLEET, 0, self._on_fleet, 0)
         broker = self.broker
-        touched = broker.touched
+        touched, stuck_open = broker.touched, self.stuck_open
         heap, end, every, exhaustive = self.q._heap, self.end, self.every, self.exhaustive_stuck
         pop = heapq.heappop
         events = 0
@@ -208,7 +209,7 @@ class Driver:
             action(arg)
             if touched:
                 self._dispatch(touched)
-            if self.stuck_open or broker.dirty or exhaustive:
+            if stuck_open or broker.dirty or exhaustive:
                 self._check_stuck()
             if every:
                 events += 1
@@ -292,7 +293,8 @@ class Driver:
             return  # the daemon died with this step: its result is never sent
         d.busy = None
         self.broker.report(node, d.instance, run, seq, attempt, outcome)
-        self._try_claim(node, d)
+        # It asks for work again with the run's other nodes (the broker touched the run, or the
+        # run a sweep promoted onto it): no poll of its own is needed.
 
     def _schedule_answers(self, run: int) -> None:
         answers = self.plan.arrivals[run].ask_answers
@@ -317,7 +319,8 @@ class Driver:
         if epoch != d.advert_epoch:
             return  # a heartbeat of a schedule that a vanish or return replaced
         self._push(self.now + self.interval, ADVERT, node, self._on_advert, arg)
-        self._advert(node, d, True)
+        self.expires[node] = self.broker.advert(node, d, True)
+        self._try_claim(node, d)
 
     def _advert(self, node: int, d: Daemon, heartbeat: bool) -> None:
         self.expires[node] = self.broker.advert(node, d, heartbeat)

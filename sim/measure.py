@@ -14,6 +14,7 @@ import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter as _get
 from typing import Any, Protocol
 
 import numpy as np
@@ -178,25 +179,27 @@ def model_result(
         end_us: where the simulation stopped.
     """
     warmup = plan.scenario.warmup_runs
-    created = _seconds([r.created for r in runs])
-    started = _seconds([r.started for r in runs])
-    ended = _seconds([r.ended for r in runs])
+    n = len(runs)
+    created = _seconds(list(map(_get("created"), runs)))
+    started = _seconds(list(map(_get("started"), runs)))
+    ended = _seconds(list(map(_get("ended"), runs)))
+    nodes = list(map(_get("nodes"), runs))
     runs_df = pd.DataFrame(
         {
-            "run_id": [r.arrival.run_id for r in runs],
-            "template": [r.arrival.template for r in runs],
+            "run_id": list(map(_get("arrival.run_id"), runs)),
+            "template": list(map(_get("arrival.template"), runs)),
             "created_at": created,
             "started_at": started,
             "ended_at": ended,
             "wait_s": started - created,
             "run_s": ended - started,
-            "state": [r.state for r in runs],
-            "verdict": [r.verdict or None for r in runs],
-            "width": np.fromiter((len(r.nodes) for r in runs), dtype=np.int64, count=len(runs)),
-            "nodes": [_ids(r.nodes) for r in runs],
-            "reject": [r.reject or None for r in runs],
-            "warmup": np.arange(len(runs)) < warmup,
-            "source_id": _source_ids(plan, len(runs)),
+            "state": list(map(_get("state"), runs)),
+            "verdict": [v or None for v in map(_get("verdict"), runs)],
+            "width": np.fromiter(map(len, nodes), dtype=np.int64, count=n),
+            "nodes": list(map(_ids, nodes)),
+            "reject": [v or None for v in map(_get("reject"), runs)],
+            "warmup": np.arange(n) < warmup,
+            "source_id": _source_ids(plan, n),
         }
     )
     promos = frame(promotions, ("at_s", "run_id", "nodes", "how", "wake"), ("at_s",))
@@ -257,9 +260,9 @@ def frame(
 ) -> pd.DataFrame:
     """Rows → DataFrame by columns (much faster than row-wise), µs columns → seconds."""
     data: dict[str, Any] = {}
-    for i, name in enumerate(columns):
-        col = [r[i] for r in rows]
-        data[name] = _seconds(col) if name in times else col
+    cols = zip(*rows, strict=True) if rows else ([] for _ in columns)
+    for name, col in zip(columns, cols, strict=True):  # (zip transposes in C)
+        data[name] = _seconds(list(col)) if name in times else list(col)
     return pd.DataFrame(data, columns=list(columns))
 
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 import heapq
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -94,6 +94,8 @@ QUEUED, RUNNING, PASSED, FAILED = "QUEUED", "RUNNING", "PASSED", "FAILED"
 PENDING, CLAIMED, ASKED, SKIPPED = "PENDING", "CLAIMED", "ASKED", "SKIPPED"
 
 OK, NO_CANDIDATE, ALL_BUSY, TOO_WIDE = "OK", "NO_CANDIDATE", "ALL_BUSY", "TOO_WIDE"
+
+_NONE_OPEN: dict[Any, int] = {}  # `_Run.node_open` of one-step runs: never read, never written
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +161,11 @@ def _json_equal(a: Any, b: Any) -> bool:
 class _Node:
     """What the Mediator knows of a node: set by its adverts, and the lease it holds."""
 
-    __slots__ = ("caps", "drain", "expires_at", "idx", "instance", "lease", "node_id")
+    __slots__ = ("caps", "drain", "expires_at", "idx", "instance", "lease", "node_id", "solo")
 
     def __init__(self, idx: int, node_id: str, caps: dict[str, Any]) -> None:
         self.idx = idx  # position in plan.nodes (the driver's name for it)
+        self.solo = (idx,)  # `_Run.ordered` of a run on this node alone (one tuple, not one a run)
         self.node_id = node_id
         self.caps = caps  # last advert's capabilities
         self.drain = ""  # last advert's drain policy
@@ -275,17 +278,17 @@ class _Run:
         self.arrival = arrival
         self.needs = needs
         self.shape = shape
-        self.steps = [_Step(self, i) for i in range(shape.n)]
+        self.steps = [_Step(self, 0)] if shape.n == 1 else [_Step(self, i) for i in range(shape.n)]
         self.state = ""
         self.verdict = ""
         self.reject = ""
         self.created = now
         self.started = -1
         self.ended = -1
-        self.nodes: list[_Node] = []  # distinct assigned nodes, in role order of first use
+        self.nodes: Sequence[_Node] = ()  # distinct assigned nodes, in role order of first use
         self.ordered: tuple[int, ...] = ()  # their positions, in node order
         self.open = shape.n
-        self.node_open: dict[_Node, int] = {}
+        self.node_open: dict[_Node, int] = _NONE_OPEN  # per node, its open steps (n > 1 only)
         self.failed = False
 
 
@@ -532,7 +535,7 @@ class Model:
             nodes = chosen
             ordered = chosen
             ids = chosen[0].node_id
-            run.ordered = (chosen[0].idx,)
+            run.ordered = chosen[0].solo
         else:
             nodes = list(dict.fromkeys(chosen))
             ordered = sorted(nodes, key=_node_id)
@@ -546,12 +549,17 @@ class Model:
             free.discard(n)
             if log:
                 self.ev.append((self.now, "lease_granted", rid, n.node_id, ""))
-        node_open = run.node_open
-        for step, role in zip(run.steps, shape.roles, strict=True):
-            if role >= 0:
-                n = chosen[role]
-                step.node = n
-                node_open[n] = node_open.get(n, 0) + 1
+        if shape.n == 1:  # (its result settles the run: no partial release to count for)
+            if shape.roles[0] >= 0:
+                run.steps[0].node = chosen[shape.roles[0]]
+        else:
+            node_open: dict[_Node, int] = {}
+            run.node_open = node_open
+            for step, role in zip(run.steps, shape.roles, strict=True):
+                if role >= 0:
+                    n = chosen[role]
+                    step.node = n
+                    node_open[n] = node_open.get(n, 0) + 1
         self.n_promote += 1
         self.promos.append((now, rid, ids, how, point))
         if log:
@@ -568,30 +576,28 @@ class Model:
         if run.state != RUNNING:
             return ()
         nodes = self.nodes
-        return [k for k in run.ordered if (ls := nodes[k].lease) is not None and ls.run is run]
+        ordered = run.ordered
+        if len(ordered) == 1:
+            lease = nodes[ordered[0]].lease
+            return ordered if lease is not None and lease.run is run else ()
+        return [k for k in ordered if (ls := nodes[k].lease) is not None and ls.run is run]
 
     def work(self, node: int, instance: str) -> _Step | None:
         """The node's claimable step: its lease's run is running, the lease is this instance's,
         no at-boundary drain (claims refused), and a PENDING step there has its `after` PASSED."""
         n = self.nodes[node]
         lease = n.lease
-        if (
-            lease is None
-            or n.drain == "at-boundary"
-            or lease.run.state != RUNNING
-            or lease.instance != instance
-        ):
+        if lease is None or n.drain == "at-boundary" or lease.instance != instance:
             return None
-        return self._claimable(lease.run, n)
-
-    @staticmethod
-    def _claimable(run: _Run, node: _Node) -> _Step | None:
+        run = lease.run
+        if run.state != RUNNING:
+            return None
         after = run.shape.after
         steps = run.steps
         for s in steps:
-            if s.node is node and s.state == PENDING:
-                for a in after[s.idx]:
-                    if steps[a].state != PASSED:
+            if s.node is n and s.state == PENDING:
+                for k in after[s.idx]:
+                    if steps[k].state != PASSED:
                         break
                 else:
                     return s
@@ -632,12 +638,14 @@ class Model:
         if outcome == "retry" and step.attempt < self.max_attempts:
             step.state = PENDING  # R15: a rollback — no release, no wake
             self._log("result", rid, n.node_id, "retry")
+            self.touched.append(i)  # the step is claimable again
             return
         if self.record_events:
             self.ev.append((self.now, "result", rid, n.node_id, outcome))
         self._finish_step(step, PASSED if outcome == "pass" else FAILED)
         self._wake(1)
-        self.touched.append(i)
+        if run.state == RUNNING:  # (an ended run has nothing left to claim or answer)
+            self.touched.append(i)
 
     def asked(self, i: int) -> Iterable[int]:
         """The run's steps with an open ask."""
@@ -665,7 +673,8 @@ class Model:
         self._log("ask_answered", run.arrival.run_id, "", "ok" if ok else "not ok")
         self._finish_step(step, PASSED if ok else FAILED)
         self._wake(1)
-        self.touched.append(i)
+        if run.state == RUNNING:
+            self.touched.append(i)
 
     def _finish_step(self, step: _Step, state: str) -> None:
         """A step became terminal: skip dependants, raise asks, partial release, settle."""

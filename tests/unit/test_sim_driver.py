@@ -99,8 +99,9 @@ def scenario(nodes: tuple[str, ...], items: tuple[tuple[float, str], ...], **kw:
 def test_one_node_two_runs_the_calls_a_broker_sees() -> None:
     """One node, runs at 1 s and 2 s of 5 s each. The node advertises at 0 and 10 (nothing to
     claim at 0, busy at 10); run 0 is claimed at once; run 1 queues (the node is busy) and is
-    promoted by run 0's result at 6 s, when the reporting node asks for work again and claims it;
-    its result at 11 s leaves nothing pending, so the simulation stops there (no horizon)."""
+    promoted by run 0's result at 6 s, and the node, a node of the promoted run, asks for work and
+    claims it; run 1's result at 11 s ends it — nothing left to claim, no poll — and leaves
+    nothing pending, so the simulation stops there (no horizon)."""
     broker, end = drive(materialize(scenario(("n",), ((1.0, "t"), (2.0, "t")))))
     assert broker.calls == [
         (0.0, "advert", (0,)),
@@ -114,7 +115,6 @@ def test_one_node_two_runs_the_calls_a_broker_sees() -> None:
         (6.0, "claim", (0, "n000#0")),
         (10.0, "advert", (0,)),
         (11.0, "report", (0, "n000#0", 1, 0, 1, "pass")),
-        (11.0, "work", (0, "n000#0")),
     ]
     assert end == 11 * US
 
