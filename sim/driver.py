@@ -175,7 +175,9 @@ class Driver:
         self.asked: set[int] = set()  # step_key of every ask whose answer is scheduled
         self.has_ask: dict[int, bool] = {}  # per contract's steps list (by id): any ask step
         self.stuck_open: dict[int, int] = {}  # run → since (µs)
-        self.stuck_rows: list[tuple[str, int, int, bool]] = []  # run_id, start, end, open
+        self._stuck: list[tuple[int, int, int, bool]] = []  # start, run, end, open
+        # after `run`: run_id, start, end, open — by start, then run position
+        self.stuck_rows: list[tuple[str, int, int, bool]] = []
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -187,7 +189,8 @@ class Driver:
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Simulate the whole plan; return where it stopped (µs). Stuck rows are in `stuck_rows`."""
+        """Simulate the whole plan; return where it stopped (µs). Stuck intervals are then in
+        `stuck_rows`, ordered by start and run position."""
         for i, d in enumerate(self.daemons):  # every daemon starts at t = 0
             self._push(0, ADVERT, i, self._on_advert, (i, d.advert_epoch))
         if self.plan.arrivals:
@@ -221,8 +224,10 @@ class Driver:
         if end is not None and end > self.now:
             self.now = broker.now = end
         for run, since in self.stuck_open.items():
-            self.stuck_rows.append((self.plan.arrivals[run].run_id, since, self.now, True))
+            self._stuck.append((since, run, self.now, True))
         self.stuck_open.clear()
+        arrivals = self.plan.arrivals  # rows by start, then run position (sim.core)
+        self.stuck_rows = [(arrivals[r].run_id, t0, t1, o) for t0, r, t1, o in sorted(self._stuck)]
         return self.now
 
     def _drain_pending(self) -> bool:
@@ -370,11 +375,10 @@ class Driver:
     def _check_stuck(self) -> None:
         now = self.now
         promotable = set(self.broker.promotable())
-        arrivals = self.plan.arrivals
         for run in [r for r in self.stuck_open if r not in promotable]:
             since = self.stuck_open.pop(run)
             if now > since:
-                self.stuck_rows.append((arrivals[run].run_id, since, now, False))
+                self._stuck.append((since, run, now, False))
         for run in promotable:
             self.stuck_open.setdefault(run, now)
 

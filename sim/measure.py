@@ -172,7 +172,7 @@ def model_result(
         runs: one record per submitted run, in arrival order.
         promotions: (at, run_id, nodes, how, wake) per start of a run.
         queue: (at, QUEUED count) after every change.
-        stuck: (run_id, start, end, open) — `sim.driver.Driver.stuck_rows`.
+        stuck: (run_id, start, end, open) — `sim.driver.Driver.stuck_rows`, in their order.
         leases: (node_id, run_id, granted_at, released_at; -1 while held).
         event_rows: the event log (may be empty).
         counts: calls by kind.
@@ -204,8 +204,7 @@ def model_result(
     )
     promos = frame(promotions, ("at_s", "run_id", "nodes", "how", "wake"), ("at_s",))
     queue_df = frame(queue, ("at_s", "length"), ("at_s",))
-    stuck_df = frame(sorted(stuck, key=lambda r: (r[1], r[0])),
-                      ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))  # fmt: skip
+    stuck_df = frame(stuck, ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))
     stuck_df.insert(3, "duration_s", stuck_df["end_s"] - stuck_df["start_s"])
     leases_df = frame(leases, ("node_id", "run_id", "granted_at", "released_at"),
                        ("granted_at", "released_at"))  # fmt: skip

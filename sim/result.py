@@ -205,8 +205,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
     lease_rows += [(n, r, round(g * US), -1) for (n, r), g in grants.items()]
     promotions = pd.DataFrame(promos, columns=["at_s", "run_id", "nodes", "how", "roles", "queued"])
     queue = frame(qlen, ("at_s", "length"), ("at_s",))
-    stuck = frame(sorted(out.stuck_rows, key=lambda r: (r[1], r[0])),
-                  ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))  # fmt: skip
+    stuck = frame(out.stuck_rows, ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))
     stuck.insert(3, "duration_s", stuck["end_s"] - stuck["start_s"])
     leases = frame(lease_rows, ("node_id", "run_id", "granted_at", "released_at"),
                    ("granted_at", "released_at"))  # fmt: skip
