@@ -36,18 +36,18 @@ What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
   the stored ones. (2 cancel: the plan has no cancels; 5 process
   start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
   end a stuck interval early.
-- leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs at
-  k·renew_s; a lost run's open steps are SKIPPED. Restart detection: an advert with a new
-  instance whose lease belongs to an ended run frees it; else it loses the run if a step of it on
-  this node has an attempt under the lease's instance (`attempt > 0 and instance == old`, a
-  rolled-back step included), else rebinds the lease. A node still running a CLAIMED step of an
-  ended run keeps its lease until that step's result (I2) or expiry.
+- leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs
+  at k·renew_s (the loop's timer, `sim.driver`); a lost run's open steps are SKIPPED. Restart
+  detection: an advert with a new instance whose lease belongs to an ended run frees it; else it
+  loses the run if a step of it on this node has an attempt under the lease's instance
+  (`attempt > 0 and instance == old`, a rolled-back step included), else rebinds the lease. A
+  node still running a CLAIMED step of an ended run keeps its lease until that step's result (I2)
+  or expiry.
 - drain: `graceful` — unavailable, the current run finishes; `at-boundary` — unavailable, claims
   refused, and once a leased node of the run has no CLAIMED step but still a PENDING one the run
   ends FAILED/`drained` with its open steps SKIPPED (a node it no longer needs is released).
   That is checked by the node's adverts (wake 4) and by every result or answer transaction of
   the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
-
 
 It answers the calls the loop makes (`submit`, `advert`, `work`, `claim`, `report`, `answer`,
 `reap`) with the state the Mediator would have; `promotable` is the stuck check's question, and
