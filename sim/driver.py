@@ -341,7 +341,8 @@ class Driver:
         effect = fleet.apply(d, ev)
         if effect == fleet.VANISHED:
             # liveness ends at the advert's expiry with no event: mark it, for stuck accounting
-            self._push(self.expires[node], MARK, node, _noop, None)
+            if self.expires[node] > self.now:  # (never into the past: the clock only moves on)
+                self._push(self.expires[node], MARK, node, _noop, None)
             self._start_reaper()
         elif effect == fleet.RETURNED:
             self._push(self.now + self.interval, ADVERT, node, self._on_advert,
