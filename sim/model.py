@@ -47,7 +47,7 @@ What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
   refused, and once a leased node of the run has no CLAIMED step but still a PENDING one the run
   ends FAILED/`drained` with its open steps SKIPPED (a node it no longer needs is released).
   That is checked by the node's adverts (wake 4) and by every result or answer transaction of
-  the run that leaves steps open (wake 1), as `mediator.lifecycle` does.
+  the run that leaves steps open (wake 1), as `mediator.flows.steps` does.
 
 It answers the calls the loop makes (`submit`, `advert`, `work`, `claim`, `report`, `answer`,
 `reap`) with the state the Mediator would have; `promotable` is the stuck check's question, and
