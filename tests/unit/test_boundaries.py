@@ -71,6 +71,10 @@ RULES = (
     Rule("sim's statistics import no part of the simulator", ("sim/analysis.py",), ("sim",)),
     Rule("sim's event core imports neither engine nor mediator", ("sim/core.py",),
          ("sim", "mediator")),
+    # issue 14 §1: the fleet loop and the measurement serve both brokers, so they import neither
+    Rule("sim's fleet loop and measurement import neither broker nor mediator",
+         ("sim/fleet.py", "sim/driver.py", "sim/measure.py"),
+         ("mediator", "sim.engine", "sim.model", "sim.result")),
 )  # fmt: skip
 
 
