@@ -45,7 +45,7 @@ from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -213,8 +213,14 @@ class Tx:
     def lock_ask(self, ask_id: int) -> dict[str, Any] | None:
         return self._one("lock_ask", {"ask_id": ask_id})  # type: ignore[no-any-return]
 
-    def events_since(self, after: int, limit: int = 500) -> list[dict[str, Any]]:
-        return self._rows("events_since", {"after": after, "limit": limit})
+    def events_since(self, tx: int, after: int, limit: int = 500) -> list[dict[str, Any]]:
+        """Events after the place ``(tx, after)``, in (tx, id) order (issue 13 §6)."""
+        return self._rows("events_since", {"tx": str(tx), "after": after, "limit": limit})
+
+    def event_position(self, event_id: int | None) -> tuple[int, int]:
+        """The (tx, id) place a stream starts from: after ``event_id``, or from now (None)."""
+        row = self._one("event_position", {"id": event_id})
+        return int(row["tx"]), int(row["id"])
 
     def last_event_id(self) -> int:
         return int(self._one("last_event_id")["id"])
