@@ -54,8 +54,12 @@ class Stream:
         )
         self.data = b""
 
-    def read_until(self, marker: bytes) -> bytes:
+    def read_until(self, marker: bytes, timeout: float = 30.0) -> bytes:
+        # A deadline of its own: keepalives keep recv from ever timing out on a live stream.
+        deadline = time.monotonic() + timeout
         while marker not in self.data:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {marker!r} within {timeout} s: {self.data[-300:]!r}")
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise ConnectionError(f"closed before {marker!r}: {self.data!r}")
