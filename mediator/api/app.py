@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -41,6 +42,7 @@ log = logging.getLogger("mediator.api")
 MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
 MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 UI_DIR = Path(__file__).with_name("ui")
+PID = str(os.getpid())  # a spawned worker imports this module anew
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
@@ -428,7 +430,10 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             backlog = med.record_backlog()
         except MediatorError:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
-        return JSONResponse({"status": "ok", "database": "ok", **backlog})
+        # Which worker process answered (mediator serve --workers, issue 13): for operators.
+        return JSONResponse(
+            {"status": "ok", "database": "ok", **backlog}, headers={"X-Mediator-Worker": PID}
+        )
 
     # 16 -- metrics
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
