@@ -268,4 +268,3 @@ class EmbeddedPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-

@@ -230,7 +230,12 @@ class Tx:
         return r["principal"] if r else None
 
     def run_counts(self) -> dict[str, int]:
+        """QUEUED and RUNNING counts, lab-wide; cheap at any history size (issue 13)."""
         return {r["state"]: int(r["n"]) for r in self._rows("run_counts")}
+
+    def run_totals(self) -> dict[str, int]:
+        """Counts of every state (reads every run: /metrics only)."""
+        return {r["state"]: int(r["n"]) for r in self._rows("run_totals")}
 
     def wait_histogram(self, bounds: Sequence[float]) -> list[tuple[float, int]]:
         rows = self._rows("wait_histogram", {"bounds": list(bounds)})

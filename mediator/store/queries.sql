@@ -525,7 +525,12 @@ SELECT coalesce(max(id), 0) AS id FROM events
 SELECT principal FROM nodes WHERE node_id = %(node_id)s
 
 -- run_counts --
-SELECT state, count(*) AS n FROM runs GROUP BY state
+-- The live runs lab-wide: GET /v1/runs' header, which the panel polls every 5 s. Only the two
+-- live states, each counted from its partial index (runs_queue, runs_running), so the cost
+-- follows what is queued and running, not the history (issue 13; GROUP BY state read every run).
+SELECT 'QUEUED' AS state, count(*) AS n FROM runs WHERE state = 'QUEUED'
+UNION ALL
+SELECT 'RUNNING', count(*) FROM runs WHERE state = 'RUNNING'
 
 -- wait_histogram --
 -- Cumulative buckets of queue wait (started_at - created_at) over every run that started.
@@ -609,3 +614,8 @@ LEFT JOIN LATERAL (SELECT tx, id FROM events
                    WHERE %(id)s::bigint IS NULL
                      AND tx < pg_snapshot_xmin(pg_current_snapshot())
                    ORDER BY tx DESC, id DESC LIMIT 1) AS l ON true
+
+-- run_totals --
+-- Runs in every state, for /metrics' mediator_runs gauge only (scraped, not polled by the panel):
+-- the terminal states have no index of their own, so this reads every run.
+SELECT state, count(*) AS n FROM runs GROUP BY state

@@ -146,3 +146,6 @@ CREATE TRIGGER events_notify AFTER INSERT ON events
 -- never skipped (issue 13 §6). xid8 does not wrap, unlike a row's 32-bit xmin.
 ALTER TABLE events ADD COLUMN tx xid8 NOT NULL DEFAULT pg_current_xact_id();
 CREATE INDEX events_tx ON events (tx, id);
+
+-- run_counts counts the live runs from partial indexes: runs_queue (above) and this one.
+CREATE INDEX runs_running ON runs (run_id) WHERE state = 'RUNNING';

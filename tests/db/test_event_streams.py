@@ -279,8 +279,10 @@ def test_an_event_whose_smaller_id_commits_later_still_reaches_a_stream(serve, s
         # Either the stream sent "late" (reading by id) or held it back (reading below the
         # horizon) and said keepalive at least once since: the pump has read while A was open.
         eventually(
-            lambda: b'"run_id": "late"' in stream.read_some()
-            or stream.data.count(b": keepalive") > keepalives
+            lambda: (
+                b'"run_id": "late"' in stream.read_some()
+                or stream.data.count(b": keepalive") > keepalives
+            )
         )
         a.commit()
     stream.read_until(b'"run_id": "early"')
