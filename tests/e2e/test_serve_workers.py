@@ -95,3 +95,37 @@ def test_workers_out_of_range_exit_2_naming_the_setting(tmp_path):
             capture_output=True, text=True, timeout=60, env={**os.environ},
         )  # fmt: skip
         assert done.returncode == 2 and "workers" in done.stderr, done.stderr
+
+
+def test_the_stream_caps_hold_for_the_whole_server_not_per_worker(dsn, tmp_path):
+    # docs/security.md "Event streams": with N workers each holds cap/N, so 10x the cap in
+    # attempts never gets more than the cap admitted across both workers.
+    import socket
+
+    cap = 4
+    server = start_server(
+        dsn, tmp_path, "--workers", "2",
+        env={"MEDIATOR_EVENTS_MAX_STREAMS": str(cap),
+             "MEDIATOR_EVENTS_MAX_STREAMS_PER_PRINCIPAL": str(cap)},
+    )  # fmt: skip
+    host, port = server.url.removeprefix("http://").split(":")
+    held: list[socket.socket] = []
+    try:
+        statuses = []
+        for _ in range(10 * cap):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            held.append(s)
+            s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+            head = b""
+            while b"\r\n" not in head:
+                chunk = s.recv(4096)
+                assert chunk, head
+                head += chunk
+            statuses.append(int(head.split(b" ", 2)[1]))
+        assert set(statuses) == {200, 503}
+        assert 1 <= statuses.count(200) <= cap, statuses
+        assert server.process.stop(timeout=30) == 0  # open streams end on SIGTERM
+    finally:
+        for s in held:
+            s.close()
+        server.process.stop()
