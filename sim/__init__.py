@@ -5,7 +5,11 @@ database-free foundation:
 
 - `sim.scenarios` — what to simulate (fleet + workload + settings), the built-in scenarios;
 - `sim.workload` — `materialize(scenario)`: the fully pre-sampled plan every engine consumes;
-- `sim.model` — the in-memory reference model of the scheduling policy (no `mediator` import);
+- `sim.core` — virtual time, the event heap, the same-instant order;
+- `sim.fleet` / `sim.driver` — the node daemons and the one loop that drives a broker;
+- `sim.model` — the in-memory reference model of the scheduling policy, a broker (no `mediator`
+  import); `sim.engine` is the other broker, the real Mediator;
+- `sim.measure` — the result tables (`ModelResult`) and the differential comparison;
 - `sim.traces` — SWF/CSV trace readers and the FIFO multi-server recursion;
 - `sim.analysis` — Erlang C, confidence intervals, replications, Little's law;
 - `sim.plan(...)` — capacity planning over fleet sizes (`CapacityPlan`, module `sim/plan.py`).
@@ -22,7 +26,9 @@ from sim.analysis import (
     mmc_wq,
     quantile_ci,
 )
-from sim.model import EventQueue, ModelResult, promotions_diff, replicate, run_model, to_us
+from sim.core import EventQueue, to_us
+from sim.measure import ModelResult, promotions_diff
+from sim.model import replicate, run_model
 from sim.plan import CapacityPlan, plan  # the function shadows its module sim/plan.py, on purpose
 from sim.scenarios import SCENARIOS, Scenario
 from sim.traces import fifo_waits, read_csv_trace, read_swf

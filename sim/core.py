@@ -13,18 +13,22 @@ same instant.
 
 **Same-instant ordering.** Events are ordered by `(time, class, key)`, with an insertion sequence
 number only as the last resort (SimPy orders equal times by insertion alone, which is why the
-engines do not use its scheduler):
+engines do not use its scheduler). Every key is an integer *position* — never an id string such
+as "r0000012" or "n003", whose order is only the order of positions by a naming convention (and
+costs a string comparison on the hottest path):
 
     class 0 RESULT   step results and ask answers     key step_key(run position, step position)
-    class 1 CLAIM    delayed claims (latency > 0)      key the node
-    class 2 FLEET    the plan's fleet events           key their index in plan.fleet_events
-    class 3 ADVERT   periodic heartbeats               key the node
-    class 4 REAPER   the reaper pass at k·renew_s      -
-    class 5 ARRIVAL  submits                           key the run
-    class 6 MARK     bookkeeping only (no Mediator call)
+    class 1 CLAIM    delayed claims (latency > 0)      key the node's position in plan.nodes
+    class 2 FLEET    the plan's fleet events           key their position in plan.fleet_events
+    class 3 ADVERT   periodic heartbeats               key the node's position
+    class 4 REAPER   the reaper pass at k·renew_s      key 0
+    class 5 ARRIVAL  submits                           key the run's position in plan.arrivals
+    class 6 MARK     bookkeeping only (no broker call) key the node's position
 
 so at one instant results free nodes before fleet changes, heartbeats and the reaper look, and
-arrivals see all of that. `sim.model`'s docstring gives the whole fleet contract.
+arrivals see all of that. The one loop that pushes these events is `sim.driver`'s; its
+docstring gives the whole fleet contract. Outside the heap, whatever else happens at one instant
+in some order — idle nodes asking for work, stuck intervals opening — goes by the same positions.
 """
 
 from __future__ import annotations
@@ -71,13 +75,13 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-Event = tuple[int, int, Any, int, Callable[[Any], object], Any]
+Event = tuple[int, int, int, int, Callable[[Any], object], Any]
 
 
 class EventQueue:
     """A heap of `(time_us, class, key, seq, action, arg)`; pop order is the same-instant rule.
 
-    Small on purpose (SimPy's core is the model). The model's hot loop reads `_heap` and `_seq`
+    Small on purpose (SimPy's core is the model). The driver's hot paths read `_heap` and `_seq`
     directly (a method call per event costs measurable throughput); everything else uses
     `push`/`pop`.
     """
@@ -88,7 +92,7 @@ class EventQueue:
         self._heap: list[Event] = []
         self._seq = itertools.count()
 
-    def push(self, t: int, cls: int, key: Any, action: Callable[[Any], object], arg: Any) -> None:
+    def push(self, t: int, cls: int, key: int, action: Callable[[Any], object], arg: Any) -> None:
         """Schedule `action(arg)` at `t` µs with the given class and tie-break key."""
         heapq.heappush(self._heap, (t, cls, key, next(self._seq), action, arg))
 

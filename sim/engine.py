@@ -1,18 +1,14 @@
-"""The engine that drives the real Mediator against a real PostgreSQL in virtual time
-(design.md §20).
+"""The real Mediator as a broker: the simulator's fleet drives it against a real PostgreSQL in
+virtual time (design.md §20, issue 14 §1).
 
 Every call goes through the Mediator's public Python interface (``submit``, ``advert``, ``work``,
-``claim``, ``report``, ``answer``, ``reap``) on a connection whose clock is this engine's virtual
-clock, so every ``mediator_now()`` in SQL reads virtual time. Measurements are read back from the
-database afterwards, read-only (``Mediator.query``).
-
-Why not SimPy's scheduler: the differential test (design.md §20) needs this engine and the
-reference model to order simultaneous events identically — by (time, class, key), defined once in
-``sim.core`` — while SimPy orders equal-time events by insertion. So both engines share the small
-``EventQueue`` heap of ``sim.core`` (style.md: SimPy's own core is such a heap), and the node
-daemons here behave exactly as the model's contract says (adverts at t0 + k·interval, one step at a
-time, the lowest-positioned claimable step; vanish/return/restart/drain/caps are ``sim.fleet``'s,
-shared with the model).
+``claim``, ``report``, ``answer``, ``reap``) on a connection whose clock is the virtual clock, so
+every ``mediator_now()`` in SQL reads virtual time. The fleet that makes those calls — heartbeats,
+fleet events, arrivals, claims, results, answers, the reaper timer, the stop rule — is
+``sim.driver``'s, the same loop that drives the reference model (``sim.model``); this module only
+translates its calls (runs, nodes, steps by position) to the Mediator's (ids), watches sweeps, and
+checks I1–I7 by SQL during and after the run. Measurements are read back from the database
+afterwards, read-only (``Mediator.query``, ``sim.result``).
 
 Virtual time starts at ``EPOCH``, years away from the wall clock: a statement that read the wall
 clock would put its timestamp in the wrong year, and the analysis would show it.
@@ -25,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,24 +29,14 @@ from typing import Any
 
 from mediator import Config, Conflict, Mediator
 from mediator.match import Advert, Assignment, match
-from sim import fleet
-from sim.core import (
-    ADVERT,
-    ARRIVAL,
-    CLAIM,
-    FLEET,
-    MARK,
-    REAPER,
-    RESULT,
-    EventQueue,
-    step_key,
-    to_us,
-)
+from sim.core import to_us
+from sim.driver import Driver
 from sim.fleet import Daemon
 from sim.scenarios import Scenario
 from sim.workload import Plan, materialize
 
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
+CHECK_EVERY = 2000  # events between two checks of I1–I7 (and progress updates)
 
 
 class VirtualClock:
@@ -61,17 +47,6 @@ class VirtualClock:
 
     def __call__(self) -> datetime:
         return EPOCH + timedelta(microseconds=self.now_us)
-
-
-class _Node(Daemon):
-    """A node's daemon (`sim.fleet.Daemon`) with what this engine needs to drive it."""
-
-    __slots__ = ("expires_us", "label")
-
-    def __init__(self, node_id: str, label: str, caps: dict[str, Any]) -> None:
-        super().__init__(node_id, caps)
-        self.label = label
-        self.expires_us = -1  # when its last advert expires (the TTL the Mediator returned)
 
 
 @dataclass
@@ -86,49 +61,47 @@ class EngineOutput:
     mediator_s: float
 
 
-class Engine:
-    """One simulation of a plan against one Mediator (on its own fresh database)."""
+class MediatorBroker:
+    """The real Mediator as a `sim.driver.Broker`: every call is the Mediator's public Python
+    interface on a connection whose clock is the virtual clock; runs, nodes and steps are named by
+    position for the loop and translated to the Mediator's ids here."""
 
-    def __init__(
-        self,
-        plan: Plan,
-        med: Mediator,
-        clock: VirtualClock,
-        *,
-        progress: Callable[[int], None] | None = None,
-        check_every: int = 2000,
-    ) -> None:
-        sc = plan.scenario
-        st = sc.settings
+    def __init__(self, plan: Plan, med: Mediator, clock: VirtualClock) -> None:
         self.plan, self.med, self.clock = plan, med, clock
-        self.interval = to_us(sc.fleet.advert_interval_s)
-        self.renew = to_us(st.renew_s)
-        self.latency = to_us(st.claim_latency_s)
-        self.max_width = st.max_width
-        self.end = to_us(sc.horizon_s) if sc.horizon_s is not None else None
-        self.nodes = [_Node(n.node_id, n.label, dict(n.capabilities)) for n in plan.nodes]
-        self.by_id = {n.node_id: n for n in self.nodes}
-        self.q = EventQueue()
-        self.pending = 0  # scheduled events other than heartbeats and marks
+        self.max_width = plan.scenario.settings.max_width
+        self.ids = [n.node_id for n in plan.nodes]
+        self.labels = [n.label for n in plan.nodes]
+        self.pos = {node_id: i for i, node_id in enumerate(self.ids)}
         self.index = {a.run_id: i for i, a in enumerate(plan.arrivals)}
-        self.assigned: dict[str, dict[str, str]] = {}
+        self.touched: list[int] = []
+        self.assigned: dict[int, list[int]] = {}  # run → its nodes, in node order
         self.queued: dict[str, dict[str, Any]] = {}  # run_id → needs, as far as we know
-        self.touched: list[str] = []
-        self.swept = False
-        self.asked: set[tuple[str, int]] = set()
-        self.reaper_on = False
-        self.stuck_open: dict[str, int] = {}
-        self.stuck_rows: list[tuple[str, int, int, bool]] = []
+        self.expires = [-1] * len(self.ids)  # when each node's last advert expires
+        self.swept = False  # a sweep ran during this event
+        self.quiet = False  # this event was a steady heartbeat
         self.violations: list[str] = []
         self.counts = dict.fromkeys(
             ("submit", "advert", "claim", "report", "answer", "reap", "work", "wake", "checks"), 0
         )
-        self.progress = progress
-        self.check_every = check_every
         self.med_s = 0.0
         med.sweep_observers.append(self._on_sweep)
 
     # ---- plumbing ----
+    @property
+    def now(self) -> int:
+        return self.clock.now_us
+
+    @now.setter
+    def now(self, t: int) -> None:
+        self.clock.now_us = t  # every mediator_now() in SQL reads it
+        self.swept = self.quiet = False  # a new event
+
+    @property
+    def dirty(self) -> bool:
+        """Queued runs, and neither a sweep (which leaves nothing promotable) nor a steady
+        heartbeat (which changes no capacity) in this event: worth a stuck check."""
+        return bool(self.queued) and not self.swept and not self.quiet
+
     @contextmanager
     def _call(self, kind: str) -> Iterator[None]:
         self.counts[kind] += 1
@@ -138,237 +111,110 @@ class Engine:
         finally:
             self.med_s += time.perf_counter() - t
 
-    def _push(self, t: int, cls: int, key: Any, action: Callable[[Any], object], arg: Any) -> None:
-        if cls not in (ADVERT, MARK):
-            self.pending += 1
-        self.q.push(t, cls, key, action, arg)
-
     def _on_sweep(self, seconds: float, report: Any) -> None:
         self.counts["wake"] += 1
         self.swept = True
         for run_id in report.promoted:
             self.queued.pop(run_id, None)
-            self.assigned[run_id] = report.assigned.get(run_id, {})
-            self.touched.append(run_id)
+            self._started(run_id, report.assigned.get(run_id, {}))
 
-    # ---- the loop ----
-    def run(self) -> EngineOutput:
-        started = time.perf_counter()
-        for node in self.nodes:  # every daemon starts at t = 0
-            self._push(0, ADVERT, node.node_id, self._on_advert, (node, node.advert_epoch))
-        if self.plan.arrivals:
-            self._push(to_us(self.plan.arrivals[0].at_s), ARRIVAL, self.plan.arrivals[0].run_id,
-                       self._on_arrival, 0)  # fmt: skip
-        if self.plan.fleet_events:
-            self._push(to_us(self.plan.fleet_events[0].at_s), FLEET, 0, self._on_fleet, 0)
-        steps = 0
-        now = 0
-        while len(self.q):
-            t, cls, _key, _seq, action, arg = self.q.pop()
-            if self.end is not None and t > self.end:
-                break
-            now = self.clock.now_us = t
-            if cls not in (ADVERT, MARK):
-                self.pending -= 1
-            self.swept = False
-            quiet = action(arg)
-            self._dispatch()
-            if self.stuck_open or (self.queued and not self.swept and not quiet):
-                self._check_stuck()
-            steps += 1
-            if steps % self.check_every == 0:
-                self._check_invariants()
-                if self.progress is not None:
-                    self.progress(steps)
-            if self.end is None and self.pending == 0 and not self._drain_pending():
-                break
-        if self.end is not None:
-            now = self.clock.now_us = max(now, self.end)
-        for run_id, since in self.stuck_open.items():
-            self.stuck_rows.append((run_id, since, now, True))
-        self._check_invariants(final=True)
-        return EngineOutput(now, self.stuck_rows, self.violations, dict(self.counts),
-                            time.perf_counter() - started, self.med_s)  # fmt: skip
+    def _started(self, run_id: str, assigned: dict[str, str]) -> None:
+        run = self.index[run_id]
+        self.assigned[run] = sorted({self.pos[n] for n in assigned.values()})
+        self.touched.append(run)
 
-    # ---- arrivals ----
-    def _on_arrival(self, i: int) -> None:
-        arrivals = self.plan.arrivals
-        if i + 1 < len(arrivals):  # one pending arrival at a time keeps the heap small
-            nxt = arrivals[i + 1]
-            self._push(to_us(nxt.at_s), ARRIVAL, nxt.run_id, self._on_arrival, i + 1)
-        arrival = arrivals[i]
+    # ---- the calls ----
+    def submit(self, i: int) -> None:
+        arrival = self.plan.arrivals[i]
         with self._call("submit"):
             sub = self.med.submit(arrival.contract, principal="sim")
         run = sub.run
         if sub.status == 201 and run is not None:
-            self.assigned[run.run_id] = dict(run.assigned or {})
-            self.touched.append(run.run_id)
-        elif sub.status == 202 and run is not None and run.run_id not in self.assigned:
+            self._started(run.run_id, dict(run.assigned or {}))
+        elif sub.status == 202 and run is not None and self.index[run.run_id] not in self.assigned:
             # (R17's guard may have promoted it already: then the observer saw it)
             self.queued[run.run_id] = arrival.contract["roles"]
 
-    # ---- nodes: claims, results, asks ----
-    def _dispatch(self) -> None:
-        """Let idle daemons of touched runs claim, and schedule answers to asks raised."""
-        while self.touched:
-            run_id = self.touched.pop()
-            for node_id in sorted(set(self.assigned.get(run_id, {}).values())):
-                self._try_claim(self.by_id[node_id])
-            self._schedule_answers(run_id)
+    def advert(self, node: int, daemon: Daemon, heartbeat: bool) -> int:
+        now = self.clock.now_us
+        with self._call("advert"):
+            ttl = self.med.advert(self.ids[node], daemon.daemon_caps, daemon.instance,
+                                  label=self.labels[node], drain=daemon.daemon_drain,
+                                  principal="")  # fmt: skip
+        expires = now + to_us(ttl)
+        # A steady heartbeat (live, same policy) changes no capacity: no stuck check needed.
+        self.quiet = heartbeat and self.expires[node] > now
+        self.expires[node] = expires
+        return expires
 
-    def _try_claim(self, node: _Node, now: bool = False) -> None:
-        if node.busy is not None or not node.up or node.daemon_drain == "at-boundary":
-            return
-        if self.latency and not now:
-            if not node.claim_pending:
-                node.claim_pending = True
-                self._push(self.clock.now_us + self.latency, CLAIM, node.node_id, self._on_claim,
-                           (node, node.run_epoch))  # fmt: skip
-            return
+    def nodes_of(self, run: int) -> Iterable[int]:
+        return self.assigned.get(run, ())
+
+    def work(self, node: int, instance: str) -> Any:
         with self._call("work"):
-            work = self.med.work(node.node_id)
+            work = self.med.work(self.ids[node])
         if not work:
-            return
-        step = min(work, key=lambda s: s.seq)  # one lease per node (I1): one run's steps
+            return None
+        return min(work, key=lambda s: s.seq)  # one lease per node (I1): one run's steps
+
+    def claim(self, node: int, instance: str, step: Any) -> tuple[int, int, int]:
         with self._call("claim"):
-            claimed = self.med.claim(step.run_id, step.seq, node.node_id, node.instance)
-        node.busy = (claimed.run_id, claimed.seq)
-        arrival = self.plan.arrivals[self.index[claimed.run_id]]
-        attempt = arrival.step_outcomes[claimed.seq][claimed.attempt - 1]
-        key = step_key(self.index[claimed.run_id], claimed.seq)
-        self._push(self.clock.now_us + to_us(attempt.duration_s), RESULT, key, self._on_result,
-                   (node, claimed.run_id, claimed.seq, claimed.attempt, attempt.outcome,
-                    node.run_epoch))  # fmt: skip
+            claimed = self.med.claim(step.run_id, step.seq, self.ids[node], instance)
+        return self.index[claimed.run_id], claimed.seq, claimed.attempt
 
-    def _on_claim(self, arg: tuple[_Node, int]) -> None:
-        node, epoch = arg
-        if epoch != node.run_epoch:
-            return
-        node.claim_pending = False
-        self._try_claim(node, now=True)
-
-    def _on_result(self, arg: tuple[_Node, str, int, int, str, int]) -> None:
-        node, run_id, seq, attempt, outcome, epoch = arg
-        if epoch != node.run_epoch:
-            return  # the daemon died with this step: its result is never sent
-        node.busy = None
+    def report(
+        self, node: int, instance: str, run: int, step: int, attempt: int, outcome: str
+    ) -> None:
+        run_id = self.plan.arrivals[run].run_id
         try:
             with self._call("report"):
-                self.med.report(run_id, seq, node.node_id, attempt, outcome, instance=node.instance)
+                self.med.report(run_id, step, self.ids[node], attempt, outcome, instance=instance)
         except Conflict as exc:
             if exc.code != "run_ended":
                 self.violations.append(
-                    f"result refused at {self.clock()}: {exc.code} {run_id}/{seq}"
+                    f"result refused at {self.clock()}: {exc.code} {run_id}/{step}"
                 )
-        self.touched.append(run_id)
-        self._try_claim(node)
+        self.touched.append(run)
 
-    def _schedule_answers(self, run_id: str) -> None:
-        arrival = self.plan.arrivals[self.index[run_id]]
-        if not any(a is not None for a in arrival.ask_answers):
-            return
+    def asked(self, run: int) -> Iterable[int]:
         with self._call("work"):
-            steps = self.med.get_run(run_id).steps
-        for s in steps:
-            if s.state == "ASKED" and (run_id, s.seq) not in self.asked:
-                self.asked.add((run_id, s.seq))
-                answer = arrival.ask_answers[s.seq]
-                assert answer is not None
-                key = step_key(self.index[run_id], s.seq)
-                self._push(self.clock.now_us + to_us(answer.delay_s), RESULT, key,
-                           self._on_answer, (run_id, s.seq, answer.ok))  # fmt: skip
+            steps = self.med.get_run(self.plan.arrivals[run].run_id).steps
+        return [s.seq for s in steps if s.state == "ASKED"]
 
-    def _on_answer(self, arg: tuple[str, int, bool]) -> None:
-        run_id, seq, ok = arg
+    def answer(self, run: int, step: int, ok: bool) -> None:
+        run_id = self.plan.arrivals[run].run_id
         with self._call("work"):
-            open_asks = [a for a in self.med.asks() if a.run_id == run_id and a.seq == seq]
+            open_asks = [a for a in self.med.asks() if a.run_id == run_id and a.seq == step]
         if not open_asks:
             return  # the ask was closed when the run ended
         with self._call("answer"):
             self.med.answer(open_asks[0].ask_id, "ok" if ok else "not ok", ok=ok, principal="sim")
-        self.touched.append(run_id)
+        self.touched.append(run)
 
-    # ---- fleet ----
-    def _on_advert(self, arg: tuple[_Node, int]) -> bool:
-        node, epoch = arg
-        if epoch != node.advert_epoch:
-            return True
-        self._push(self.clock.now_us + self.interval, ADVERT, node.node_id, self._on_advert, arg)
-        # A steady heartbeat (live, same policy) changes no capacity: no stuck check needed.
-        return self._advert(node)
-
-    def _advert(self, node: _Node) -> bool:
-        now = self.clock.now_us
-        steady = node.expires_us > now
-        with self._call("advert"):
-            ttl = self.med.advert(node.node_id, node.daemon_caps, node.instance, label=node.label,
-                                  drain=node.daemon_drain, principal="")  # fmt: skip
-        node.expires_us = now + to_us(ttl)
-        self._try_claim(node)
-        return steady
-
-    def _on_fleet(self, i: int) -> None:
-        events = self.plan.fleet_events
-        if i + 1 < len(events):
-            self._push(to_us(events[i + 1].at_s), FLEET, i + 1, self._on_fleet, i + 1)
-        ev = events[i]
-        node = self.by_id[ev.node_id]
-        effect = fleet.apply(node, ev)
-        if effect == fleet.VANISHED:
-            self._push(node.expires_us, MARK, node.node_id, lambda _: None, None)
-            self._start_reaper()
-        elif effect == fleet.RETURNED:
-            self._push(self.clock.now_us + self.interval, ADVERT, node.node_id, self._on_advert,
-                       (node, node.advert_epoch))  # fmt: skip
-            self._advert(node)
-        elif effect == fleet.ADVERTISE:
-            self._advert(node)
-
-    # ---- the reaper ----
-    def _start_reaper(self) -> None:
-        """The reaper runs at k·renew_s. Only a dark node's lease can expire (live nodes renew
-        theirs with every advert), so passes are made while some node is dark — including for a
-        lease granted to a dark node that still looked live; the others would find nothing."""
-        if not self.reaper_on:
-            self.reaper_on = True
-            tick = (self.clock.now_us // self.renew + 1) * self.renew
-            self._push(tick, REAPER, 0, self._on_reap, None)
-
-    def _on_reap(self, _: Any) -> None:
+    def reap(self) -> None:
         with self._call("reap"):
             self.med.reap()
-        now = self.clock.now_us
-        dark = [n for n in self.nodes if not n.up]
-        # Keep going while a dark node may still be given a lease (it looks live until its
-        # advert expires) or still holds one; after that no lease of it can expire any more.
-        more = any(n.expires_us > now for n in dark) or bool(
-            dark
-            and self.med.query(
-                "SELECT 1 FROM leases WHERE node_id = ANY(%s) LIMIT 1", ([n.node_id for n in dark],)
-            )
-        )
-        if more:
-            self._push(now + self.renew, REAPER, 0, self._on_reap, None)
-        else:
-            self.reaper_on = False
 
-    def _drain_pending(self) -> bool:
-        ids = [n.node_id for n in self.nodes if n.up and n.daemon_drain == "at-boundary"]
-        if not ids:
-            return False
+    def holds_lease(self, nodes: list[int]) -> bool:
+        ids = [self.ids[i] for i in nodes]
+        return bool(self.med.query("SELECT 1 FROM leases WHERE node_id = ANY(%s) LIMIT 1", (ids,)))
+
+    def drain_pending(self, nodes: list[int]) -> bool:
         rows = self.med.query(
             "SELECT 1 FROM leases l JOIN runs r USING (run_id) "
             "WHERE r.state = 'RUNNING' AND l.node_id = ANY(%s) LIMIT 1",
-            (ids,),
+            ([self.ids[i] for i in nodes],),
         )
         return bool(rows)
 
+    def note_fleet(self, node: int, kind: str, applied: bool) -> None:
+        return None  # the Mediator sees only the adverts
+
     # ---- stuck and invariants ----
-    def _check_stuck(self) -> None:
+    def promotable(self) -> Iterable[int]:
         """A QUEUED run is stuck while the live, free fleet could serve it (docs/design.md §20)."""
         self.counts["checks"] += 1
-        now = self.clock.now_us
-        promotable: set[str] = set()
+        promotable: list[int] = []
         if self.queued:
             fleet = self.med.list_nodes().nodes
             free = [n for n in fleet if n.lease is None and not n.drain]
@@ -382,15 +228,10 @@ class Engine:
                         res = match(needs, adverts, unavailable, self.max_width)
                         verdicts[key] = isinstance(res, Assignment)
                     if verdicts[key]:
-                        promotable.add(run_id)
-        for run_id in [r for r in self.stuck_open if r not in promotable]:
-            since = self.stuck_open.pop(run_id)
-            if now > since:
-                self.stuck_rows.append((run_id, since, now, False))
-        for run_id in promotable:
-            self.stuck_open.setdefault(run_id, now)
+                        promotable.append(self.index[run_id])
+        return promotable
 
-    def _check_invariants(self, final: bool = False) -> None:
+    def check_invariants(self, final: bool = False) -> None:
         """I1–I7 by SQL against the live database (read-only)."""
         for name, sql in INVARIANT_SQL.items():
             for row in self.med.query(sql):
@@ -504,18 +345,29 @@ def simulate(
         bar = tqdm(total=len(plan.arrivals), desc=plan.scenario.name, unit="run", leave=False)
 
         def callback(_steps: int) -> None:
-            bar.update(engine.counts["submit"] - bar.n)
+            bar.update(broker.counts["submit"] - bar.n)
 
-    engine = Engine(plan, med, clock, progress=callback)
+    broker = MediatorBroker(plan, med, clock)
+
+    def every(events: int) -> None:
+        broker.check_invariants()
+        if callback is not None:
+            callback(events)
+
+    driver = Driver(plan, broker, every=CHECK_EVERY, hook=every)
+    started = time.perf_counter()
     try:
-        out = engine.run()
+        end = driver.run()
+        broker.check_invariants(final=True)
     except BaseException:
         med.close()
         raise
     finally:
         if bar is not None:
-            bar.update(engine.counts["submit"] - bar.n)
+            bar.update(broker.counts["submit"] - bar.n)
             bar.close()
+    out = EngineOutput(end, driver.stuck_rows, broker.violations, dict(broker.counts),
+                       time.perf_counter() - started, broker.med_s)  # fmt: skip
     if keep_records is None:
         shutil.rmtree(records, ignore_errors=True)
     return plan, out, med, records

@@ -9,15 +9,15 @@ and the differential test would report a scheduling difference that was a fleet 
 A `Daemon` is what runs on the machine — up or dark, its instance, the capabilities and drain
 policy it will advertise, the step in flight — never what a broker knows about the node (that
 is the broker's own state, set by adverts). `apply` changes a daemon for one fleet event and
-says what the broker must do about it:
+says what the loop (`sim.driver`, the only caller) must do about it:
 
 - `VANISHED` — the machine went dark: no more adverts, claims or results; the step in flight is
   lost (its pending result is dropped by `run_epoch`) and the heartbeat schedule ends
-  (`advert_epoch`). The broker lets the node's advert expire and its lease be reaped.
-- `RETURNED` — it booted with a fresh instance: the broker starts a new heartbeat schedule from
+  (`advert_epoch`). The loop lets the node's advert expire and runs the reaper timer.
+- `RETURNED` — it booted with a fresh instance: the loop starts a new heartbeat schedule from
   now and advertises at once.
 - `ADVERTISE` — `restart` (fresh instance, step in flight lost), or a new drain policy or
-  capabilities on an up node: the broker advertises at once, keeping the heartbeat schedule.
+  capabilities on an up node: the loop advertises at once, keeping the heartbeat schedule.
 - `HELD` — a new policy or capabilities for a dark node: it takes them on return; nothing now.
 - `IGNORED` — an event that does not apply (vanish of a dark node, return of an up one, restart
   of a dark one).
@@ -61,7 +61,7 @@ class Daemon:
         self.instance = f"{node_id}#0"
         self.daemon_caps = caps  # what it advertises (a `caps` event changes it, wake 9)
         self.daemon_drain = ""  # the drain policy it advertises
-        self.busy: Any = None  # the step it is executing (each broker names steps its own way)
+        self.busy: Any = None  # the step it is executing (sim.driver: its RESULT key), or None
         self.run_epoch = 0  # bumps when the daemon dies: its pending result is never sent
         self.advert_epoch = 0  # bumps when the heartbeat schedule is replaced
         self.claim_pending = False  # a delayed claim (latency > 0) is scheduled

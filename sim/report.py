@@ -40,7 +40,8 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from sim import scenarios as S
 from sim.analysis import erlang_c, mmc_wq
-from sim.model import promotions_diff, run_model
+from sim.measure import promotions_diff
+from sim.model import run_model
 from sim.scenarios import Scenario
 from sim.traces import fifo_waits
 from sim.workload import materialize

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from mediator import Mediator
+from sim.core import US
 from sim.engine import EPOCH, EngineOutput, simulate
-from sim.model import US, ModelResult
+from sim.measure import ModelResult, frame, nodes_frame
 from sim.scenarios import Scenario
 from sim.workload import Plan
 
@@ -202,15 +203,12 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
                 (node_id, run_id, round(grants.pop((node_id, run_id)) * US), round(t * US))
             )
     lease_rows += [(n, r, round(g * US), -1) for (n, r), g in grants.items()]
-    from sim.model import _frame
-
     promotions = pd.DataFrame(promos, columns=["at_s", "run_id", "nodes", "how", "roles", "queued"])
-    queue = _frame(qlen, ("at_s", "length"), ("at_s",))
-    stuck = _frame(sorted(out.stuck_rows, key=lambda r: (r[1], r[0])),
-                   ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))  # fmt: skip
+    queue = frame(qlen, ("at_s", "length"), ("at_s",))
+    stuck = frame(out.stuck_rows, ("run_id", "start_s", "end_s", "open"), ("start_s", "end_s"))
     stuck.insert(3, "duration_s", stuck["end_s"] - stuck["start_s"])
-    leases = _frame(lease_rows, ("node_id", "run_id", "granted_at", "released_at"),
-                    ("granted_at", "released_at"))  # fmt: skip
+    leases = frame(lease_rows, ("node_id", "run_id", "granted_at", "released_at"),
+                   ("granted_at", "released_at"))  # fmt: skip
     counts = dict(out.counts)
     counts["reaper_ticks"] = int(out.end_us // max(1, round(sc.settings.renew_s * US)))
     version = med.query("SELECT current_setting('server_version') AS v")[0]["v"]
@@ -239,13 +237,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> SimResult:
         end_s=out.end_us / US,
         scenario_hash=sc.scenario_hash(),
         wall_s=out.wall_s,
-        nodes=pd.DataFrame(
-            {
-                "node_id": [n.node_id for n in plan.nodes],
-                "label": [n.label for n in plan.nodes],
-                "capabilities": [json.dumps(n.capabilities, sort_keys=True) for n in plan.nodes],
-            }
-        ),
+        nodes=nodes_frame(plan),
         violations=list(out.violations),
         manifest=manifest,
         mediator_s=out.mediator_s,

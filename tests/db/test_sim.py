@@ -144,3 +144,50 @@ def test_save_writes_tables_charts_summary_and_manifest(server_url, tmp_path):
             "manifest.json"} <= names  # fmt: skip
     assert result.manifest["postgresql_version"].startswith("15")
     assert result.manifest["scenario_hash"] == S.steady(runs=60, seed=2).scenario_hash()
+
+
+def test_the_mediator_broker_orders_same_instant_events_by_position(server_url, monkeypatch):
+    """issue 14 §1: every same-instant tie-break key in the one loop is an integer position, on
+    the real Mediator too (the engine used to order heartbeats, claims and arrivals by id
+    strings). With the node positions reversed against their ids — position 0 is the last id —
+    the churn scenario still promotes exactly as the model does on the same plan."""
+    import dataclasses
+
+    from sim import engine
+    from sim.driver import Driver
+
+    keys: set[type] = set()
+
+    class Checked(Driver):
+        def _try_claim(self, *args, **kwargs):
+            keys.update(type(e[2]) for e in self.q._heap)
+            return super()._try_claim(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "Driver", Checked)
+    plan = sim.materialize(S.vanished_node(False, churn=True, runs=100, seed=3))
+    plan = dataclasses.replace(plan, nodes=tuple(reversed(plan.nodes)))
+    result = sim.run(plan, database_url=server_url, progress=False)
+    model = sim.run_model(plan)
+    assert keys == {int}
+    assert sim.promotions_diff(model.promotions, result.promotions, tol_s=1e-6) is None
+    assert result.violations == []
+    assert result.stuck["duration_s"].sum() == pytest.approx(model.stuck["duration_s"].sum())
+
+
+def test_differential_with_claim_latency(server_url):
+    """issue 14 §1: claims are the fleet's, written once. With a 2 s claim latency a node asks
+    for work, and claims 2 s later only if it had something to claim then (the old engine
+    scheduled a delayed claim on every idle heartbeat, which could claim a step promoted in
+    between early). The Mediator and the model now start, end and stop at the same instants."""
+    import dataclasses
+
+    sc = S.steady(runs=150, seed=2)
+    sc = dataclasses.replace(sc, settings=dataclasses.replace(sc.settings, claim_latency_s=2.0))
+    plan = sim.materialize(sc)
+    result = sim.run(plan, database_url=server_url, progress=False)
+    model = sim.run_model(plan)
+    assert sim.promotions_diff(model.promotions, result.promotions, tol_s=1e-6) is None
+    assert result.violations == []
+    np.testing.assert_allclose(result.runs["ended_at"], model.runs["ended_at"], atol=1e-6)
+    assert result.end_s == pytest.approx(model.end_s)
+    assert (result.runs["run_s"] >= 2.0).all()  # every run waited out its first claim

@@ -6,9 +6,9 @@ Two deliberate changes, made without editing the source:
 - wake 7 off (``--set settings.wake_on_return=false``, R-wake 7 of docs/design.md): in the
   vanished-node window run b (r0000001) is promoted when x000 returns at 300 s with wake 7 on, and
   only at 700 s without it;
-- the matcher's tie-break flipped (a monkeypatch of ``mediator.flows.match`` in-process): among
-  equally able free nodes the highest id is taken instead of the lowest (ADR-014 decision 3), so
-  the very first run goes to n002 instead of n000.
+- the matcher's tie-break flipped (a monkeypatch of ``match`` in ``mediator.flows.submit`` and
+  ``mediator.flows.sweep``, in-process): among equally able free nodes the highest id is taken
+  instead of the lowest (ADR-014 decision 3), so the very first run goes to n002 instead of n000.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from mediator import flows
+from mediator.flows import submit as submit_flow
+from mediator.flows import sweep as sweep_flow
 from mediator.match import AdvertIndex, Assignment
 from sim import gate
 from sim import scenarios as S
@@ -80,6 +81,12 @@ def highest_id_first(real: Callable[..., Any]) -> Callable[..., Any]:
     return match
 
 
+def flip_tie_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flip the matcher's tie-break wherever a flow decides: at submit and in the sweep."""
+    for flow in (submit_flow, sweep_flow):
+        monkeypatch.setattr(flow, "match", highest_id_first(flow.match))
+
+
 # ---- exact mode: unchanged, changed ----------------------------------------------------------
 
 
@@ -126,7 +133,7 @@ def test_flipping_the_matchers_tie_break_is_caught_at_the_first_run(
     baseline: Path, server_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """issue 16 tests, in-process: the first run, at its arrival, goes to n002 instead of n000."""
-    monkeypatch.setattr(flows, "match", highest_id_first(flows.match))
+    flip_tie_break(monkeypatch)
     report = gate.check(baseline, ["steady_small"], database_url=server_url)
     assert report.exit_code == 1
     (outcome,) = report.outcomes
@@ -219,17 +226,16 @@ def test_the_fixture_in_a_users_own_suite(baseline: Path, server_url: str, tmp_p
     """issue 16 §4: a user's suite gets sim_check from the installed plugin; a changed decision
     fails its test with the first divergence; --sim-update-baseline records on purpose."""
     (tmp_path / "test_ours.py").write_text(
-        "from mediator import flows\n"
-        "from tests.db.test_sim_gate import highest_id_first\n\n"
+        "from tests.db.test_sim_gate import flip_tie_break\n\n"
         "def test_scheduler_unchanged(sim_check):\n"
         "    sim_check('vanished_node_on', seed=0)\n\n"
         "def test_scheduler_with_a_flipped_tie_break(sim_check, monkeypatch):\n"
-        "    monkeypatch.setattr(flows, 'match', highest_id_first(flows.match))\n"
+        "    flip_tie_break(monkeypatch)\n"
         "    sim_check('steady_small', seed=1)\n"
     )
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "sim.pytest_plugin",
             "-q", "test_ours.py", "--sim-database-url", server_url]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the inner test imports highest_id_first
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the inner test imports flip_tie_break
     run = subprocess.run([*args, "--sim-baseline", str(baseline)], cwd=tmp_path, text=True,
                          capture_output=True, timeout=600, env=env, check=False)  # fmt: skip
     assert run.returncode == 1, run.stdout + run.stderr

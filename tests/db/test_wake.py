@@ -416,7 +416,7 @@ def test_r12_asks_are_raised_at_promotion_and_pushed_after_commit(dsn, med, cloc
     )
     pushed = []
     try:
-        med._push_asks = lambda asks: pushed.append(
+        med.after.push_asks = lambda asks: pushed.append(
             [(a.run_id, [x.run_id for x in observer.asks()]) for a in asks]
         )
         finish(med, "a", "X")

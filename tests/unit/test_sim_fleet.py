@@ -61,9 +61,10 @@ def test_policy_and_capabilities_go_out_at_once_or_on_return() -> None:
     assert fleet.apply(d, ev("drain")) == fleet.HELD and d.daemon_drain == "graceful"
 
 
-def test_neither_engine_decides_fleet_events_itself() -> None:
-    # issue 14 §1: the daemons' behaviour used to be written twice; now neither engine compares
-    # an event's kind — both hand the event to `sim.fleet.apply`.
+def test_neither_broker_decides_fleet_events_itself() -> None:
+    # issue 14 §1: the daemons' behaviour used to be written twice; then both engines handed the
+    # event to `sim.fleet.apply`; now neither broker sees fleet events at all — the one loop,
+    # `sim.driver`, applies them and calls the broker as the daemon would.
     kinds = {"vanish", "return", "restart", "drain", "undrain", "caps"}
     for name in ("engine.py", "model.py"):
         tree = ast.parse((ROOT / "sim" / name).read_text("utf-8"))
@@ -75,4 +76,5 @@ def test_neither_engine_decides_fleet_events_itself() -> None:
             if isinstance(c, ast.Constant) and isinstance(c.value, str)
         }
         assert not compared & kinds, (name, compared & kinds)
-        assert "fleet.apply" in (ROOT / "sim" / name).read_text("utf-8"), name
+        assert "fleet.apply" not in (ROOT / "sim" / name).read_text("utf-8"), name
+    assert "fleet.apply(" in (ROOT / "sim" / "driver.py").read_text("utf-8")

@@ -429,7 +429,7 @@ def test_graceful_drain_lets_the_run_finish_and_undrain_wakes_the_queue() -> Non
 
 def test_at_boundary_drain_stops_the_run_once_the_node_has_no_claimed_step() -> None:
     """at-boundary: claims refused; the run ends FAILED/drained once the node has no CLAIMED step
-    — found by the result transaction of s1 (wake 1), as `mediator.lifecycle` does."""
+    — found by the result transaction of s1 (wake 1), as `mediator.flows.steps` does."""
     tpl = Template(
         "three",
         {"node": {"pool": "lab"}},

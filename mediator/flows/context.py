@@ -1,0 +1,78 @@
+"""What every flow works with: one explicit context instead of a shared ``self``.
+
+The modules of :mod:`mediator.flows` are functions of a :class:`Context` — the store, the
+configuration, the records folder, the clock, the failure counters and the after-commit object
+(seal, PushAsks, wake). The :class:`~mediator.flows.Mediator` facade builds one and hands it to
+each flow, so every call from one flow into another is a visible import.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from mediator.clock import Clock, wall_clock
+from mediator.config import Config
+from mediator.flows.after import AfterCommit
+from mediator.match import Advert
+from mediator.records import Records
+from mediator.rows import FleetNode
+from mediator.store.db import Store
+
+if TYPE_CHECKING:
+    from mediator.flows.sweep import WakeReport
+
+
+class Context:
+    """The Mediator's state shared by its flows (docs/design.md §9)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Config,
+        records: Records,
+        clock: Clock | None,
+        wake: Callable[[], WakeReport],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.records = records
+        self.clock = clock
+        # Test seam for the missed-wake race (R17): called between submit's fleet read and its
+        # insert, so a test can commit a release exactly there. None in production.
+        self.after_fleet_read: Callable[[str], None] | None = None
+        # R17's guard, switchable only so a test can show the race it closes is real.
+        self.missed_wake_guard = True
+        # Called with (seconds, WakeReport) after every sweep: metrics, the simulator's counters.
+        self.sweep_observers: list[Callable[[float, WakeReport], None]] = []
+        # Failures this process survived (R7, R16, issue 11 §5–6), for /metrics: keys
+        # "sweep_run" (one run's promotion), "record_open", "record_seal", "wake".
+        self.failures: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        # Seal what settled, PushAsks, wake: the one after-commit path of every flow.
+        self.after = AfterCommit(self, wake)
+
+    def now(self) -> datetime:
+        return self.clock() if self.clock is not None else wall_clock()
+
+    def new_run_id(self) -> str:
+        """Time-ordered from the Mediator's clock (docs/design.md §4), unique by a random suffix."""
+        return self.now().strftime("%Y%m%dT%H%M%S%f") + "-" + secrets.token_hex(4)
+
+    def count(self, what: str) -> None:
+        """One more survived failure of kind ``what`` (request threads count concurrently)."""
+        with self.lock:
+            self.failures[what] += 1
+
+
+def view(fleet: Iterable[FleetNode]) -> tuple[list[Advert], set[str], set[str]]:
+    """The matcher's view of a fleet read: adverts, busy nodes, draining nodes."""
+    nodes = list(fleet)
+    adverts = [Advert(n.node_id, n.capabilities) for n in nodes]
+    busy = {n.node_id for n in nodes if n.busy}
+    draining = {n.node_id for n in nodes if n.drain}
+    return adverts, busy, draining

@@ -1,0 +1,336 @@
+"""Submit: GetRun first (R3), parse, match, then one of three create paths (docs/design.md §5).
+
+A run that can start now is created RUNNING with its leases (CreateRun, :func:`create_run`); one
+that has no room now is created QUEUED holding nothing (R1, R2, R4, :func:`create_queued_run`)
+and sweeps once (R17, wake 8); one that no node could ever serve is created FAILED/rejected
+(R1, :func:`create_rejected_run`). :func:`acquire` is the common tail of CreateRun and promote
+(R12), used by :mod:`mediator.flows.sweep` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mediator import contract as contract_mod
+from mediator.errors import NodeTaken
+from mediator.flows import reads
+from mediator.flows.after import Change
+from mediator.flows.context import view
+from mediator.flows.wake import Wake
+from mediator.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
+from mediator.rows import FleetNode, Run
+from mediator.states import RunState, StepState, Verdict, run_transition, step_transition
+from mediator.store.db import Tx
+
+if TYPE_CHECKING:
+    from mediator.flows.context import Context
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What ``submit`` answers: the HTTP status and the run as committed (or the dry-run body)."""
+
+    status: int
+    run: Run | None
+    dry_run: dict[str, Any] | None = None
+
+    def body(self) -> dict[str, Any]:
+        if self.dry_run is not None:
+            return self.dry_run
+        assert self.run is not None
+        return self.run.to_dict()
+
+
+@dataclass(frozen=True)
+class _NewRun:
+    """A submitted run on its way into the database: what every submit path writes."""
+
+    run_id: str
+    parsed: contract_mod.Contract
+    doc: dict[str, Any]
+    needs: dict[str, dict[str, Any]]
+    key: str
+    submitter: str
+
+
+def _too_wide(res: Assignment | Reject) -> bool:
+    return isinstance(res, Reject) and res.code == TOO_WIDE
+
+
+def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
+    """runAcquires' record of what hardware serves a role (FR-3)."""
+    return {
+        "node": node.node_id,
+        "instance": node.instance,
+        "matched": contract_mod.matched(role_needs, node.capabilities),
+    }
+
+
+# ---- submit (docs/design.md §5) ------------------------------------------------------------------
+def submit(
+    ctx: Context, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
+) -> Submission:
+    """Submit a run: 201 RUNNING, 202 QUEUED, 200 existing / dry run, 422 FAILED.
+
+    Raises:
+        ContractError: the contract is malformed (400); nothing is written.
+    """
+    # R3, NFR-I7: GetRun is at the head of submit, before anything else is checked.
+    given = contract.get("run_id") if isinstance(contract, dict) else None
+    if isinstance(given, str) and contract_mod.valid_run_id(given):
+        existing = reads.read_run(ctx, given)
+        if existing is not None:
+            return Submission(200, existing)
+    parsed = contract_mod.parse(contract)  # R5: structure checked synchronously
+    needs = {role: dict(n) for role, n in parsed.roles.items()}
+    key = contract_mod.needs_key(needs)
+    max_width = ctx.config.max_width
+
+    if dry_run:
+        with ctx.store.autocommit() as tx:
+            adverts, busy, _ = view(tx.fleet_for(needs))
+        # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
+        dry = match(needs, adverts, busy, max_width)
+        if isinstance(dry, Assignment):
+            body = {"dry_run": True, "assigned": dict(dry.roles), "width": dry.width}
+        else:
+            body = {"dry_run": True, "reject": dry.as_dict()}
+        return Submission(200, None, body)
+
+    run_id = parsed.run_id or ctx.new_run_id()
+    doc = dict(parsed.doc)
+    doc["run_id"] = run_id
+    submitter = principal or ""
+
+    new = _NewRun(run_id, parsed, doc, needs, key, submitter)
+    with ctx.store.autocommit() as tx:
+        fleet = tx.fleet_for(needs)  # only nodes that might serve it: flat in fleet size
+    if ctx.after_fleet_read is not None:
+        ctx.after_fleet_read(run_id)
+    adverts, busy, draining = view(fleet)
+    res: Assignment | Reject | None = match(needs, adverts, busy | draining, max_width)
+    if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
+        # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
+        # ignores availability is too wide as well; otherwise freeing nodes can make the
+        # run narrow (folding), so it waits in the queue, its wait_reason TOO_WIDE. And
+        # the converse: a run that is ALL_BUSY now but too wide with every node free could
+        # never be promoted, so it is refused now rather than after nodes free up. Either
+        # way the answer does not depend on which nodes happen to be busy.
+        free = match(needs, adverts, set(), max_width)
+        res = free if _too_wide(free) else None
+
+    if isinstance(res, Assignment):
+        try:
+            run = create_run(ctx, new, res, fleet)
+        except NodeTaken:
+            res = None  # R2: the same as ALL_BUSY; the transaction rolled back whole
+        else:
+            if run is None:
+                return Submission(200, reads.require_run(ctx, run_id))
+            ctx.after.open_record(run_id, doc)
+            return Submission(201, run)
+
+    if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
+        run = create_queued_run(ctx, new)
+        if run is None:
+            return Submission(200, reads.require_run(ctx, run_id))
+        ctx.after.open_record(run_id, doc)
+        if ctx.missed_wake_guard:
+            # R17 (ours): a release that committed between our fleet read and this insert
+            # swept before the row was visible; sweep once more so the run does not wait
+            # beside a free node. The 202 still shows the run as committed.
+            ctx.after(wake=Wake.QUEUED_SUBMIT)
+        return Submission(202, run)
+
+    # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, 422.
+    assert isinstance(res, Reject)  # an Assignment returned above, None was queued
+    run = create_rejected_run(ctx, new, res)
+    if run is None:
+        return Submission(200, reads.require_run(ctx, run_id))
+    ctx.after.open_record(run_id, doc)
+    ctx.after([Change(run_id, settled=RunState.FAILED)])
+    return Submission(422, run)
+
+
+def step_rows(
+    parsed: contract_mod.Contract,
+    state: str,
+    assigned: dict[str, str] | None,
+    chosen: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "seq": s.seq,
+            "name": s.name,
+            "kind": s.kind,
+            "role": s.role,
+            "uses": s.uses,
+            "with": dict(s.with_),
+            "after": list(s.after),
+            "ask": s.ask,
+            "state": state,
+            "node_id": (assigned or {}).get(s.role, "") if s.kind == "exec" else "",
+            "chosen": (chosen or {}).get(s.role) if s.kind == "exec" else None,
+        }
+        for s in parsed.steps
+    ]
+
+
+def insert(
+    tx: Tx,
+    new: _NewRun,
+    state: RunState,
+    step_state: StepState,
+    *,
+    verdict: Verdict | None = None,
+    assigned: dict[str, str] | None = None,
+    reject: dict[str, Any] | None = None,
+) -> Run | None:
+    """The run row and its steps, as every submit path writes them first (R5: steps exist
+    from submit); None when the run_id exists already (R3)."""
+    tx.insert_needs_class(new.key, new.needs)
+    row = tx.insert_run(
+        run_id=new.run_id,
+        work_id=new.parsed.work_id,
+        state=state,
+        verdict=verdict,
+        contract=new.doc,
+        needs_key=new.key,
+        assigned=assigned,
+        reject=reject,
+        submitter=new.submitter,
+    )
+    if row is not None:
+        tx.insert_steps(new.run_id, step_rows(new.parsed, step_state, assigned))
+    return row
+
+
+def create_run(ctx: Context, new: _NewRun, res: Assignment, fleet: list[FleetNode]) -> Run | None:
+    """CreateRun: one transaction in R12's order; None if the run_id exists (R3)."""
+    run_id, parsed, needs = new.run_id, new.parsed, new.needs
+    assigned = dict(res.roles)
+    by_id = {n.node_id: n for n in fleet}
+    if not any(s.kind == "ask" for s in parsed.steps):
+        # issue 13: the whole CreateRun in one statement (raiseAsks has nothing to raise).
+        nodes = sorted(set(assigned.values()))
+        chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
+        events = [
+            {"kind": "submitted", "data": {"state": "RUNNING", "assigned": assigned}},
+            *({"node_id": n, "kind": "lease_granted", "data": {}} for n in nodes),
+        ]
+        return create(
+            ctx,
+            new,
+            RunState.RUNNING,
+            StepState.PENDING,
+            events,
+            assigned=assigned,
+            chosen=chosen,
+            leases=[{"node_id": n, "instance": by_id[n].instance} for n in nodes],
+        )
+    with ctx.store.tx() as tx:
+        row = insert(tx, new, RunState.RUNNING, StepState.PENDING, assigned=assigned)
+        if row is None:
+            return None
+        has_asks = True
+        asks = acquire(ctx, tx, run_id, assigned, needs, by_id, promoted=False, has_asks=has_asks)
+        # The 201 body is the run as committed: read inside the transaction, no extra trip.
+        run = Run(**{**row.__dict__, "steps": tuple(tx.steps(run_id))})
+    ctx.after([Change(run_id, asks=asks)])
+    return run
+
+
+def acquire(
+    ctx: Context,
+    tx: Tx,
+    run_id: str,
+    assigned: dict[str, str],
+    needs: dict[str, dict[str, Any]],
+    by_id: dict[str, FleetNode],
+    *,
+    promoted: bool,
+    has_asks: bool = True,
+) -> list[Any]:
+    """Leases → runAcquires → raiseAsks → events: the common tail of CreateRun and promote."""
+    nodes = sorted(set(assigned.values()))
+    leases = [{"node_id": n, "instance": by_id[n].instance} for n in nodes]
+    tx.insert_leases(run_id, leases, ctx.config.lease_ttl_seconds)  # NodeTaken → rollback
+    chosen = {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
+    tx.assign_steps(run_id, assigned, chosen)
+    asks = tx.raise_asks(run_id) if has_asks else []
+    events: list[dict[str, Any]] = []
+    if promoted:
+        events.append({"run_id": run_id, "kind": "promoted", "data": {"assigned": assigned}})
+    else:
+        events.append(
+            {
+                "run_id": run_id,
+                "kind": "submitted",
+                "data": {"state": "RUNNING", "assigned": assigned},
+            }
+        )
+    events += [{"run_id": run_id, "node_id": n, "kind": "lease_granted", "data": {}} for n in nodes]
+    tx.insert_events(events)
+    return asks
+
+
+def create(
+    ctx: Context,
+    new: _NewRun,
+    state: RunState,
+    step_state: StepState,
+    events: list[dict[str, Any]],
+    *,
+    verdict: Verdict | None = None,
+    assigned: dict[str, str] | None = None,
+    chosen: dict[str, dict[str, Any]] | None = None,
+    reject: dict[str, Any] | None = None,
+    leases: list[dict[str, str]] | None = None,
+) -> Run | None:
+    """A submit's write as one autocommit statement (issue 13): needs class, run, steps,
+    leases, events; the run as committed, or None if the run_id exists (R3). NodeTaken
+    (R2) leaves nothing written. ``state`` and ``step_state`` are edges from no row."""
+    run_transition(None, state)
+    step_transition(None, step_state)
+    with ctx.store.autocommit() as tx:
+        return tx.create_run(
+            run={
+                "run_id": new.run_id,
+                "work_id": new.parsed.work_id,
+                "state": state,
+                "verdict": verdict,
+                "contract": new.doc,
+                "needs_key": new.key,
+                "assigned": assigned,
+                "reject": reject,
+                "submitter": new.submitter,
+            },
+            needs=new.needs,
+            steps=step_rows(new.parsed, step_state, assigned, chosen),
+            leases=leases or [],
+            events=events,
+            ttl_s=ctx.config.lease_ttl_seconds,
+        )
+
+
+def create_queued_run(ctx: Context, new: _NewRun) -> Run | None:
+    """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5).
+    The 202 body is the run exactly as committed."""
+    events = [{"kind": "submitted", "data": {"state": "QUEUED"}}]
+    return create(ctx, new, RunState.QUEUED, StepState.PENDING, events)
+
+
+def create_rejected_run(ctx: Context, new: _NewRun, res: Reject) -> Run | None:
+    """R1: no node could ever serve it (or too wide at t=0) → FAILED/rejected, steps SKIPPED."""
+    reject = res.as_dict()
+    events = [{"kind": "rejected", "data": {"reject": reject}}]
+    return create(
+        ctx,
+        new,
+        RunState.FAILED,
+        StepState.SKIPPED,
+        events,
+        verdict=Verdict.REJECTED,
+        reject=reject,
+    )

@@ -1,0 +1,181 @@
+"""WakeQueued: the promotion sweep and promote (docs/design.md §6, R6–R12).
+
+A sweep walks the queue in arrival order, one page at a time, deciding once per needs class with
+the pure matcher; each promotion is its own transaction (R7) made of a conditional update (R8)
+and the leases whose primary key decides races with other sweepers (R9). Every wake point ends
+here, through :class:`~mediator.flows.after.AfterCommit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from mediator.errors import ConfigError, NodeTaken, StoreUnavailable
+from mediator.flows.after import Change
+from mediator.flows.context import view
+from mediator.flows.submit import acquire
+from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, AdvertIndex, Assignment, Reject, match
+from mediator.rows import FleetNode
+
+if TYPE_CHECKING:
+    from mediator.flows.context import Context
+
+log = logging.getLogger("mediator")
+
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
+_PAGE = 64
+
+
+@dataclass
+class WakeReport:
+    """What one sweep did: promoted run ids in order, and how much it looked at."""
+
+    promoted: list[str] = field(default_factory=list)
+    assigned: dict[str, dict[str, str]] = field(default_factory=dict)  # run_id → {role: node}
+    classes: int = 0
+    examined: int = 0
+    too_wide: list[str] = field(default_factory=list)
+    errors: int = 0
+
+
+# What promote looks like to the sweep: (run_id, assignment, needs by role, fleet by node id).
+Promote = Callable[[str, Assignment, dict[str, dict[str, Any]], dict[str, FleetNode]], bool]
+
+
+# ---- WakeQueued (docs/design.md §6, R6–R12) ------------------------------------------------------
+def wake_queued(ctx: Context, promote: Promote) -> WakeReport:
+    """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
+
+    ``promote`` is the Mediator's :meth:`~mediator.flows.Mediator.promote`, looked up on the
+    facade at each call so a test can wrap it (R7, I5)."""
+    started = time.perf_counter()
+    report = sweep(ctx, promote)
+    for observe in ctx.sweep_observers:
+        observe(time.perf_counter() - started, report)
+    return report
+
+
+def sweep(ctx: Context, promote: Promote) -> WakeReport:
+    """The promotion sweep over the queue, FIFO with skipping.
+
+    Safe to call again and concurrently from any number of processes (R9): the conditional
+    update (R8) and the lease primary key (I1) decide every race; no hand-made locks.
+    """
+    ttl = ctx.config.lease_ttl_seconds
+    # R11: refuse before anything else rather than issue leases that never expire.
+    if not isinstance(ttl, int | float) or ttl <= 0:
+        raise ConfigError(
+            "lease_ttl_seconds must be greater than 0 to promote queued runs (R11).",
+            field="lease_ttl_seconds",
+        )
+    report = WakeReport()
+    with ctx.store.autocommit() as tx:
+        classes = tx.queued_classes()
+        if not classes:
+            return report  # R13's cost argument: an empty queue costs one query
+        fleet = tx.fleet()
+    report.classes = len(classes)
+    adverts, busy, draining = view(fleet)
+    unavailable = busy | draining
+    live = {n.node_id for n in fleet}
+    if not live - unavailable:
+        return report
+    by_id = {n.node_id: n for n in fleet}
+    index = AdvertIndex(adverts)  # candidates per role computed once per sweep
+    needs = {c.needs_key: c.needs for c in classes}
+    max_width = ctx.config.max_width
+    failed: set[str] = set()
+    memo: dict[str, Assignment | Reject] = {}
+
+    def decide(key: str) -> Assignment | Reject:
+        # match() is pure: with `unavailable` unchanged its answer for a class is the same
+        # for every run of the class, so compute it once per class until a promotion.
+        res = memo.get(key)
+        if res is None:
+            res = memo[key] = match(needs[key], index, unavailable, max_width)
+            if isinstance(res, Reject) and res.code in _CACHEABLE:
+                failed.add(key)  # stays true for the rest of the sweep (§6)
+        return res
+
+    for key in needs:
+        decide(key)
+    viable = [k for k in needs if k not in failed]
+    after_at: datetime | str = "-infinity"
+    after_id = ""
+    while viable and live - unavailable:
+        with ctx.store.autocommit() as tx:
+            page = tx.queued_page(viable, after_at, after_id, _PAGE)
+        if not page:
+            break
+        for q in page:
+            if not live - unavailable:
+                break  # early stop: nothing left to give
+            report.examined += 1
+            # A lost lease race re-matches the same run with the taken node excluded:
+            # skipping it instead would let a later run of the same class take the next
+            # free node first (I7; found by the six-sweeper test). Each retry makes
+            # `unavailable` grow, so the loop ends.
+            while q.needs_key not in failed:  # R6: a failed class is skipped, not a stop
+                res = decide(q.needs_key)
+                if isinstance(res, Reject):
+                    if res.code == TOO_WIDE:
+                        # R10: at promotion the width depends on which nodes are free.
+                        log.info("run %s stays queued: %s", q.run_id, res.message)
+                        report.too_wide.append(q.run_id)
+                    break
+                try:
+                    ok = promote(q.run_id, res, needs[q.needs_key], by_id)
+                except NodeTaken:
+                    # R9: the taken nodes join unavailable. Which ones: those now busy in
+                    # the database; if none shows yet (a competitor not yet committed, or
+                    # a lock timeout), every node of this assignment, conservatively.
+                    nodes = set(res.roles.values())
+                    with ctx.store.autocommit() as tx:
+                        taken = nodes & tx.busy_nodes()
+                    unavailable |= taken or nodes
+                    memo.clear()
+                    continue
+                except StoreUnavailable:
+                    raise  # the database is gone: no run can move; wake 5 sweeps again
+                except Exception:
+                    # R7: any failure of one run's promotion (a foreign exception too) is
+                    # logged with the run id, counted, and the sweep goes on.
+                    log.exception("promoting run %s failed; the sweep goes on", q.run_id)
+                    report.errors += 1
+                    ctx.count("sweep_run")
+                    break
+                if ok:
+                    report.promoted.append(q.run_id)
+                    report.assigned[q.run_id] = dict(res.roles)
+                    unavailable |= set(res.roles.values())  # R9: taken by us now
+                    memo.clear()
+                break  # promoted, or R8: another sweep or a cancel got there first
+        after_at, after_id = page[-1].created_at, page[-1].run_id
+        viable = [k for k in viable if k not in failed]
+    return report
+
+
+def promote(
+    ctx: Context,
+    run_id: str,
+    res: Assignment,
+    needs: dict[str, dict[str, Any]],
+    by_id: dict[str, FleetNode],
+) -> bool:
+    """Move one run QUEUED → RUNNING in its own transaction (R7, R12).
+
+    Returns False when the conditional update found the run no longer QUEUED (R8: another
+    sweep or a cancel got there first). Raises NodeTaken when a lease conflicts (R9).
+    """
+    assigned = dict(res.roles)
+    with ctx.store.tx() as tx:
+        if not tx.promote_run(run_id, assigned):
+            return False
+        asks = acquire(ctx, tx, run_id, assigned, needs, by_id, promoted=True)
+    ctx.after([Change(run_id, asks=asks)])
+    return True
