@@ -17,43 +17,34 @@ Run: ``.venv/bin/python bench/bench_sse.py [--streams 200] [--seconds 10] [--cli
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import start_server as _start
+from _common import stop_server
+
 from mediator import Config, Mediator
 from mediator.pg import EmbeddedPostgres
 
-READY = re.compile(r"serving on (http://\S+)")
-
 
 def start_server(dsn: str, workdir: str, streams: int, keepalive: float) -> tuple[Any, str]:
+    """One worker: the stream caps and the gauge are then this one process's."""
     env = {
-        **os.environ,
         "MEDIATOR_EVENTS_MAX_STREAMS": str(streams + 10),
         "MEDIATOR_EVENTS_MAX_STREAMS_PER_PRINCIPAL": str(streams + 10),
         "MEDIATOR_EVENTS_KEEPALIVE_SECONDS": str(keepalive),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mediator.cli.main", "serve", "--dev", "--port", "0",
-         "--database-url", dsn, "--records", f"{workdir}/records"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = READY.search(line)
-        if m:
-            return proc, m.group(1)
-    raise RuntimeError("mediator serve exited before it listened")
+    return _start(dsn, workdir, workers=1, env=env)
 
 
 def load(url: str, seconds: float, clients: int) -> list[float]:
@@ -131,8 +122,7 @@ def main() -> None:
             for s in socks:
                 s.close()
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop_server(proc)
     (i50, i99), (b50, b99) = quantiles(idle), quantiles(busy)
     print(f"GET /v1/runs, {args.clients} clients, {args.runs} runs, {args.seconds:g} s per phase")
     print(f"baseline (no streams):      n={len(idle):6d}  p50 {i50:7.2f} ms  p99 {i99:7.2f} ms")

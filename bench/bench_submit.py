@@ -3,22 +3,26 @@
 One embedded PostgreSQL serves both measurements in the same run:
 
 * baseline — ``pgbench`` TPC-B-like, 2 clients, 2 threads, ``--time`` seconds, on its own database;
-* figure — ``mediator serve`` (a separate process, one uvicorn worker) on another database, with
+* figure — ``mediator serve --workers N`` (a separate process; N = 1 and 2 by default, one figure
+  each) on another database, with
   a lab of ``--nodes`` live nodes (default 100), and 4 client threads POSTing contracts that each go
   straight to RUNNING (201) on a free node until the fleet is leased; then, outside the timing, the
   runs are ended and the nodes freed by SQL, and the next round starts — ``--rounds`` of them. Each
   client asks for its own lane of nodes, so the figure is the 201 path, not lease races (those are
   R2's queue path, measured by the tests).
 
-Target: figure ≥ 0.35 × baseline TPS. Prints one line per figure and the ratio.
+Target: figure ≥ 0.35 × baseline TPS. Prints one line per figure and the ratio. ``--profile DIR``
+samples every serving process with py-spy while the rounds run and leaves py-spy's raw stacks in
+DIR (``bench/profile_breakdown.py DIR`` sums them by layer: docs/performance.md P1).
 
-Run: ``.venv/bin/python bench/bench_submit.py [--time 10] [--nodes 3000]``.
+Run: ``.venv/bin/python bench/bench_submit.py [--time 10] [--nodes 3000] [--workers 1 2]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,46 +32,23 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import pgbench_tps, ratio_line, stop_server
+from _common import start_server as _start
+
 from mediator import Config, Mediator
 from mediator.pg import EmbeddedPostgres
 
-READY = re.compile(r"serving on (http://\S+)")
+__all__ = ["free_everything", "pgbench_tps", "start_server", "submit_round"]
+
+LONG_TTLS = {"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS": "3600"}
 
 
-def pgbench_tps(pg: EmbeddedPostgres, seconds: int) -> float:
-    db = "pgbench"
-    pg.ensure_database(db)
-    conn = ["-h", pg.socket_dir, "-p", str(pg.port), "-U", "postgres"]
-    subprocess.run(["pgbench", "-i", "-q", "-s", "10", *conn, db], check=True, capture_output=True)
-    out = subprocess.run(
-        ["pgbench", "-c", "2", "-j", "2", "-T", str(seconds), *conn, db],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
-    if m is None:
-        raise RuntimeError(out)
-    return float(m.group(1))
-
-
-def start_server(dsn: str, workdir: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mediator.cli.main", "--data", str(workdir / "pg"),
-         "--records", str(workdir / "records"), "serve", "--dev", "--port", "0",
-         "--database-url", dsn],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS": "3600",
-             "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        m = READY.search(line)
-        if m:
-            return proc, m.group(1)
-    raise RuntimeError("the server did not start")
+def start_server(
+    dsn: str, workdir: Path, workers: int = 1, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """The server under test: adverts and leases outlive the whole bench."""
+    return _start(dsn, workdir, workers=workers, env={**LONG_TTLS, **(env or {})})
 
 
 def submit_round(url: str, per_client: int, clients: int = 4) -> tuple[float, int, int]:
@@ -107,11 +88,69 @@ def free_everything(med: Mediator) -> None:
                      "WHERE state <> 'PASSED'")  # fmt: skip
 
 
+def measure(
+    med: Mediator, dsn: str, work: Path, workers: int, rounds: int, nodes: int, profile: bool
+) -> tuple[float, int, int]:
+    """HTTP submits per second with ``workers`` server processes. With ``profile``, py-spy then
+    samples every serving process during as many rounds again (not timed: sampling slows the
+    server) and leaves its raw stacks in ``work``."""
+    proc, url = start_server(dsn, work, workers)
+    elapsed = ok = other = 0
+    try:
+        submit_round(url, per_client=4)  # warm-up: imports, prepared statements, pools
+        free_everything(med)
+        for _ in range(rounds):
+            e, k, o = submit_round(url, per_client=nodes // 4)
+            elapsed, ok, other = elapsed + e, ok + k, other + o
+            free_everything(med)
+        if profile:
+            spies = [_spy(pid, work / f"profile-w{workers}-{pid}") for pid in _server_pids(proc)]
+            try:
+                for _ in range(rounds):
+                    submit_round(url, per_client=nodes // 4)
+                    free_everything(med)
+            finally:
+                for spy in spies:
+                    spy.send_signal(2)  # py-spy writes its output on SIGINT
+                    spy.wait(timeout=60)
+    finally:
+        stop_server(proc)
+    return ok / elapsed, ok, other
+
+
+def _server_pids(proc: subprocess.Popen[str]) -> list[int]:
+    """The processes that serve: the server itself with one worker, else its workers."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == proc.pid:
+            cmd = (stat.parent / "cmdline").read_bytes()
+            if b"spawn_main" in cmd:
+                kids.append(int(stat.parent.name))
+    return kids or [proc.pid]
+
+
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw",
+         "--output", f"{out}.txt", "--threads", "--idle"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="P1: submit throughput over HTTP vs pgbench")
-    ap.add_argument("--time", type=int, default=10)
-    ap.add_argument("--nodes", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--time", type=int, default=10, help="pgbench seconds (default: 10)")
+    ap.add_argument("--nodes", type=int, default=100, help="fleet size (default: 100)")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds per figure (default: 20)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                    help="server worker counts to measure (default: 1 2)")  # fmt: skip
+    ap.add_argument("--profile", metavar="DIR", default=None,
+                    help="sample the server with py-spy; raw stacks go to DIR")  # fmt: skip
     args = ap.parse_args()
     with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory() as tmp:
         baseline = pgbench_tps(pg, args.time)
@@ -122,21 +161,20 @@ def main() -> None:
         med = Mediator.connect(dsn, cfg, records_root=str(Path(tmp) / "records"))
         for i in range(args.nodes):
             med.advert(f"n{i:05d}", {"pool": "bench", "lane": i % 4}, "i1")
-        proc, url = start_server(dsn, Path(tmp))
-        elapsed = ok = other = 0
+        work = Path(args.profile) if args.profile else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        os.chmod(work, 0o755)
         try:
-            for _ in range(args.rounds):
-                e, k, o = submit_round(url, per_client=args.nodes // 4)
-                elapsed, ok, other = elapsed + e, ok + k, other + o
-                free_everything(med)
+            for workers in args.workers:
+                tps, ok, other = measure(
+                    med, dsn, work, workers, args.rounds, args.nodes, args.profile is not None
+                )
+                print(f"P1 submit over HTTP, 4 clients, 201 RUNNING, fleet of {args.nodes}, "
+                      f"--workers {workers}: {tps:,.0f} runs/s "
+                      f"({ok} runs, {other} non-201)")  # fmt: skip
+                print(ratio_line(f"P1 ratio to pgbench, --workers {workers}", tps, baseline, 0.35))
         finally:
-            proc.terminate()
-            proc.wait(timeout=30)
             med.close()
-        tps = ok / elapsed
-        print(f"P1 submit over HTTP, 4 clients, 201 RUNNING, fleet of {args.nodes}: "
-              f"{tps:,.0f} runs/s ({ok} runs, {args.rounds} rounds, {other} non-201)")  # fmt: skip
-        print(f"P1 ratio to pgbench: {tps / baseline:.2f} (target ≥ 0.35)")
 
 
 if __name__ == "__main__":

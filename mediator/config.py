@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,10 +34,24 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "events_keepalive_seconds": (0.01, 15),
     "events_max_streams": (1, 100_000),
     "events_max_streams_per_principal": (1, 100_000),
+    # mediator serve: uvicorn worker processes (issue 13); default the CPU count
+    "workers": (1, 1_024),
 }
 _WHOLE: Final = frozenset(
-    {"max_width", "max_attempts", "port", "events_max_streams", "events_max_streams_per_principal"}
+    {
+        "max_width",
+        "max_attempts",
+        "port",
+        "events_max_streams",
+        "events_max_streams_per_principal",
+        "workers",
+    }
 )
+
+
+def cpu_count() -> int:
+    """The default number of ``mediator serve`` workers: one per CPU (issue 13)."""
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,8 @@ class Config:
     events_keepalive_seconds: float = 15.0
     events_max_streams: int = 512
     events_max_streams_per_principal: int = 64
+    # mediator serve: worker processes on one listening socket (docs/performance.md P1)
+    workers: int = field(default_factory=cpu_count)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,7 +107,10 @@ class Config:
     def unchecked(cls, **values: Any) -> Config:
         """A Config that skips validation: only for tests of the code's own guards (R11)."""
         obj = object.__new__(cls)
-        base = {f.name: f.default for f in fields(cls)}
+        base = {
+            f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+            for f in fields(cls)
+        }
         base.update(values)
         for k, v in base.items():
             object.__setattr__(obj, k, v)

@@ -268,32 +268,3 @@ class EmbeddedPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def create_database(admin_dsn: str, name: str, template: str | None = None) -> None:
-    """``CREATE DATABASE name`` on the server of ``admin_dsn`` (a fresh database per simulation),
-    empty or a copy of ``template`` (a schema-loaded database on the same server)."""
-    from mediator.store.db import admin_execute
-
-    for n in (name, template or "x"):
-        if not n.replace("_", "").isalnum():
-            raise ValueError(f"unsafe database name {n!r}")
-    copy = f' TEMPLATE "{template}"' if template else ""
-    admin_execute(admin_dsn, f'CREATE DATABASE "{name}"{copy}')
-
-
-def create_schema_database(admin_dsn: str, name: str) -> None:
-    """A new database with the Mediator's schema loaded, e.g. a template that simulation tasks
-    copy (issue 14 §8); the simulator reaches the store only through this module."""
-    from mediator.store.db import load_schema
-
-    create_database(admin_dsn, name)
-    load_schema(admin_dsn.rsplit("/", 1)[0] + "/" + name)
-
-
-def drop_database(admin_dsn: str, name: str) -> None:
-    from mediator.store.db import admin_execute
-
-    if not name.replace("_", "").isalnum():
-        raise ValueError(f"unsafe database name {name!r}")
-    admin_execute(admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

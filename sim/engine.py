@@ -306,7 +306,7 @@ def server_url(database_url: str | None = None) -> str:
 def fresh_database(database_url: str | None = None, template: str | None = None) -> str:
     """A new database for one simulation (design.md §20: runs can go side by side): empty, or a copy
     of `template` (a schema-loaded database on the same server, issue 14 §8)."""
-    from mediator.pg import create_database
+    from mediator.databases import create_database
 
     admin, name_to_dsn = _server_dsn(database_url)
     name = f"sim_{os.getpid()}_{time.time_ns()}"

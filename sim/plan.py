@@ -159,7 +159,7 @@ def _task_template(database_url: str | None) -> Iterator[str | None]:
     if database_url is None:
         yield None
         return
-    from mediator.pg import create_schema_database, drop_database
+    from mediator.databases import create_schema_database, drop_database
 
     name = f"simtpl_{uuid.uuid4().hex}"
     try:

@@ -274,6 +274,6 @@ def run(
     finally:
         med.close()
         if drop and database_url:
-            from mediator.pg import drop_database
+            from mediator.databases import drop_database
 
             drop_database(database_url, dsn.rsplit("/", 1)[1].split("?")[0])

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import inspect
 import logging
-import time
+import os
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mediator.api.access import AccessLog
 from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed, StreamGauge, StreamsFull
 from mediator.api.limits import BadRequest, BodyLimit, decode
@@ -41,6 +44,25 @@ log = logging.getLogger("mediator.api")
 MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
 MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 UI_DIR = Path(__file__).with_name("ui")
+PID = str(os.getpid())  # a spawned worker imports this module anew
+
+
+# FastAPI's built-in OpenTelemetry (newer releases) asks on every request whether a tracer is
+# configured; none is, so it is switched off where the release has it (P1 profile).
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
+class FastJSON(Response):
+    """A JSON response encoded by orjson (about 12–15× ``json.dumps``, bench/bench_json.py)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
 
 
 def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
@@ -136,6 +158,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         feed.stop()
 
     app = FastAPI(
+        **_NO_TELEMETRY,
         lifespan=lifespan,
         title="Mediator",
         version="0.1.0",
@@ -147,6 +170,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     app.state.feed = feed
     install_openapi(app)  # the document as the server behaves (issue 15 §1)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(AccessLog)  # outermost: it sees BodyLimit's refusals too
 
     # -- errors --
     @app.exception_handler(MediatorError)
@@ -193,19 +217,6 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error in %s %s", request.method, request.url.path)
         return _error(500, "internal", "An internal error occurred; it has been logged.")
-
-    @app.middleware("http")
-    async def _access_log(request: Request, call_next: Any) -> Response:
-        started = time.perf_counter()
-        response: Response = await call_next(request)
-        log.info(
-            "%s %s %d %.1fms",
-            request.method,
-            request.url.path,
-            response.status_code,
-            (time.perf_counter() - started) * 1e3,
-        )
-        return response
 
     # -- who is calling --
     def caller(authorization: str | None) -> Principal:
@@ -290,7 +301,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         request: Request,
         dry_run: bool = False,
         authorization: Auth = None,
-    ) -> JSONResponse:
+    ) -> Response:
         p = caller(authorization)
         require(p, "client")
         # BodyLimit decoded and checked the body already (depth, numbers, duplicates, text).
@@ -304,7 +315,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         if not isinstance(doc, dict):
             raise ContractError("The contract must be a JSON object.", field=None)
         sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
-        return JSONResponse(sub.body(), sub.status)  # Run.to_dict is JSON-ready already
+        return FastJSON(sub.body(), sub.status)  # Run.to_dict is JSON-ready already
 
     # 6 -- list runs
     @app.get("/v1/runs", tags=["runs"])
@@ -428,7 +439,10 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             backlog = med.record_backlog()
         except MediatorError:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
-        return JSONResponse({"status": "ok", "database": "ok", **backlog})
+        # Which worker process answered (mediator serve --workers, issue 13): for operators.
+        return JSONResponse(
+            {"status": "ok", "database": "ok", **backlog}, headers={"X-Mediator-Worker": PID}
+        )
 
     # 16 -- metrics
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)

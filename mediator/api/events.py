@@ -2,9 +2,13 @@
 
 Every commit that inserts into ``events`` NOTIFYs ``mediator_events`` (a statement trigger), and
 NOTIFY is delivered on commit only — so subscribers of every Mediator process hear of every
-committed change and never of a rolled-back one (PushAsks, R12). Rows are read after the last id
-seen, keeping only rows older than the snapshot's xmin, so an id that commits late is delivered,
-not skipped.
+committed change and never of a rolled-back one (PushAsks, R12).
+
+Rows are read in (tx, id) order — ``tx`` is the inserting transaction's id — after the place a
+stream has reached, and only from transactions older than the reading snapshot's xmin: those have
+all ended, so nothing can still appear behind a stream's place. Reading in id order skipped an
+event whose transaction took a smaller id but committed after a bigger one had been sent (issue 13
+§6). Frames still carry the event ``id``; ``Last-Event-ID`` resumes at that event's place.
 
 Why it is shaped this way (issue 11 §2, docs/security.md "Event streams"): a stream is idle for
 hours — an open panel tab — so it must cost no thread. A stream is an async generator on the event
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from mediator.flows import Mediator
 
 log = logging.getLogger("mediator.events")
+
+Place = tuple[int, int]  # (inserting transaction's id, event id): the order streams read in
 
 CHANNEL = "mediator_events"
 KEEPALIVE_S = 15.0  # the default; Config.events_keepalive_seconds
@@ -105,9 +111,9 @@ class EventFeed:
         self._changed: asyncio.Event | None = None  # replaced at every change; waiters hold one
         self._pump_task: asyncio.Task[None] | None = None
         self._stopping = threading.Event()
-        # The shared buffer: ids and frames of rows after ``_floor`` (None: not read yet).
-        self._floor: int | None = None
-        self._ids: list[int] = []
+        # The shared buffer: places (tx, id) and frames of rows after ``_floor`` (None: not read).
+        self._floor: Place | None = None
+        self._ids: list[Place] = []
         self._frames: list[bytes] = []
 
     # ---- admission (issue 11 §2: every resource a client can hold has a limit) ------------------
@@ -202,7 +208,7 @@ class EventFeed:
         while not self._stopping.is_set():
             try:
                 if self._floor is None:
-                    self._floor = await _in_thread(self._last_event_id)
+                    self._floor = await _in_thread(self._place, None)
                 rows = await _in_thread(self._read, self._ids[-1] if self._ids else self._floor)
             except MediatorError:
                 rows = []  # the database is away; the next wake-up tries again
@@ -223,16 +229,19 @@ class EventFeed:
             self._wake.clear()
 
     # ---- reading -----------------------------------------------------------------------------
-    def _last_event_id(self) -> int:
+    def _place(self, event_id: int | None) -> Place:
+        """Where a stream starts: after event ``event_id``, or from now on (None)."""
+        if event_id == 0:
+            return (0, 0)  # from the very first event
         with self.med.store.tx() as tx:
-            return int(tx.last_event_id())
+            return tx.event_position(event_id)
 
-    def _read(self, after: int) -> list[tuple[int, bytes]]:
+    def _read(self, after: Place) -> list[tuple[Place, bytes]]:
         with self.med.store.tx() as tx:
-            rows = tx.events_since(after, PAGE)
-        return [(row.id, _frame(row)) for row in rows]
+            rows = tx.events_since(after[0], after[1], PAGE)
+        return [((place, row.id), _frame(row)) for place, row in rows]
 
-    def _buffered_after(self, last: int) -> list[tuple[int, bytes]] | None:
+    def _buffered_after(self, last: Place) -> list[tuple[Place, bytes]] | None:
         """Frames after ``last`` from the shared buffer; None if it does not reach back that far."""
         if self._floor is None or last < self._floor:
             return None
@@ -246,7 +255,7 @@ class EventFeed:
         that many events (for scripts and tests). Releases ``ticket`` when it ends, however."""
         try:
             self._ensure_started()
-            last = after if after is not None else await _in_thread(self._last_event_id)
+            last = await _in_thread(self._place, after)
             sent = 0
             yield b": connected\n\n"
             quiet_since = time.monotonic()
@@ -259,8 +268,8 @@ class EventFeed:
                         rows = await _in_thread(self._read, last)
                     except MediatorError:
                         rows = []
-                for event_id, frame in rows:
-                    last = event_id
+                for place, frame in rows:
+                    last = place
                     yield frame
                     sent += 1
                     if limit is not None and sent >= limit:

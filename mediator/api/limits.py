@@ -7,7 +7,7 @@
   body that crosses it, is a 413 at once, never buffered whole;
 * decodes an API body with :func:`decode` — strict JSON: UTF-8 only, nesting at most
   ``MAX_BODY_DEPTH`` (a body deeper than the parser can go is caught as the RecursionError the C
-  parser raises cleanly, so none escapes; anything shallower is counted while it is built),
+  parser raises cleanly, so none escapes; anything shallower is measured, see :func:`decode`),
   numbers at most ``MAX_NUMBER_CHARS`` characters, no NaN or Infinity, no duplicate keys, no NUL
   or lone surrogate in any string except a result's ``log`` (which the flows escape) — and
   answers 400 naming the limit or the field;
@@ -48,6 +48,14 @@ class _Pairs(list[tuple[str, Any]]):
 def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
     """Strict JSON for request bodies. Raises :class:`BadRequest` naming the limit or field.
 
+    Two paths with one meaning (docs/performance.md "JSON"). The fast one lets the C parser
+    build plain dicts, checks duplicates as each object closes and numbers as they are read, and
+    measures the depth by peeling bracket pairs in C (:func:`_depth`): no walk over the tree.
+    A NUL or a lone surrogate can only come from a ``\\u`` escape (raw control characters are
+    not JSON, and the bytes were UTF-8), so a body holding ``\\u0000`` or a surrogate escape,
+    or one whose duplicate key must be named with its path, takes the exact path: pairs kept,
+    then :func:`_build` walks it.
+
     Args:
         raw: The body.
         escaped: Top-level keys whose strings may hold NUL or lone surrogates (stored escaped).
@@ -56,19 +64,72 @@ def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest("The body is not UTF-8 text.") from None
+    if _SUSPECT.search(text) is None:
+        try:
+            tree = _parse(text, _unique)
+        except _Duplicate:
+            pass  # name it with its path: the exact path below
+        else:
+            if _depth(raw) > MAX_BODY_DEPTH:
+                raise _too_deep()
+            return tree
+    return _build(_parse(text, _Pairs), "", escaped)
+
+
+# A \u escape that can make a NUL or a surrogate (paired or not): the exact path decides.
+_SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+# The depth scan works on the bytes: quotes, backslashes and brackets never occur inside a
+# UTF-8 multi-byte sequence.
+_ESCAPE = re.compile(rb"\\.", re.S)
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+class _Duplicate(Exception):
+    """An object repeated a key: decode again on the exact path to name it."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Duplicate
+    return out
+
+
+def _depth(raw: bytes) -> int:
+    """How deep the JSON document ``raw`` nests arrays and objects (it parsed already).
+
+    All in C: drop escape pairs, keep only quotes and brackets, drop what was inside strings,
+    then peel the innermost ``[]`` and ``{}`` pairs away, one layer per pass: the passes are the
+    depth. Stops one layer past the limit."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_BODY_DEPTH:
+        return 0  # no more brackets than the limit: cannot be deeper
+    shape = _ESCAPE.sub(b"", raw) if b"\\" in raw else raw
+    shape = b"".join(shape.translate(None, _NOT_STRUCTURE).split(b'"')[::2])  # outside strings
+    depth = 0
+    while shape and depth <= MAX_BODY_DEPTH:
+        shape, peeled = _INNERMOST.subn(b"", shape)
+        if not peeled:
+            break
+        depth += 1
+    return depth
+
+
+def _parse(text: str, hook: Any) -> Any:
+    """``json.loads`` with the number checks, ``hook`` building each object."""
     try:
-        tree = json.loads(
+        return json.loads(
             text,
-            object_pairs_hook=_Pairs,
+            object_pairs_hook=hook,
             parse_int=_int,
             parse_float=_float,
             parse_constant=_constant,
         )
-    except BadRequest:
+    except (BadRequest, _Duplicate):
         raise
     except RecursionError:
         # The C parser counts its nesting against the interpreter's recursion limit and raises
-        # cleanly; anything that deep is far past MAX_BODY_DEPTH, which _build enforces below.
+        # cleanly; anything that deep is far past MAX_BODY_DEPTH.
         raise _too_deep() from None
     except json.JSONDecodeError as exc:
         raise BadRequest(
@@ -76,7 +137,6 @@ def decode(raw: bytes, escaped: frozenset[str] | set[str] = frozenset()) -> Any:
         ) from None
     except ValueError:
         raise BadRequest("The body is not valid JSON.") from None
-    return _build(tree, "", escaped)
 
 
 def _int(text: str) -> int:

@@ -30,7 +30,7 @@ class _FleetCollector:
 
     def collect(self) -> Iterator[Any]:
         with self.med.store.tx() as tx:
-            counts = tx.run_counts()
+            counts = tx.run_totals()
             buckets = tx.wait_histogram(WAIT_BUCKETS)
             n, total = tx.wait_sum()
             unsealed = tx.unsealed_count()

@@ -2,7 +2,9 @@
 
 ``mediator serve`` starts (or connects to) PostgreSQL, wakes the queue once (wake 5), seals what a
 crash left unsealed, runs the reaper every ``renew_seconds`` and serves the HTTP API with uvicorn
-until SIGINT/SIGTERM, then shuts down gracefully. Invalid configuration exits with status 2 before
+until SIGINT/SIGTERM, then shuts down gracefully. ``--workers N`` (default: the CPU count) serves
+from N spawned processes on one socket this process binds (:class:`Workers`); the database, the
+startup wake and the reaper stay here, once. Invalid configuration exits with status 2 before
 anything listens (docs/design.md §16).
 """
 
@@ -12,16 +14,27 @@ import argparse
 import contextlib
 import ipaddress
 import logging
+import multiprocessing
+import os
+import queue
 import signal
+import socket
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
+from mediator.api.auth import Tokens
 from mediator.config import Config
 from mediator.errors import ConfigError, MediatorError
 from mediator.records import Records
+
+if TYPE_CHECKING:
+    from mediator.flows import Mediator
 
 log = logging.getLogger("mediator")
 
@@ -38,7 +51,15 @@ def _is_loopback(host: str) -> bool:
 
 
 class Reaper:
-    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (docs/design.md §10)."""
+    """The reaper timer: ``med.reap()`` every ``renew_seconds`` (docs/design.md §10).
+
+    With several workers it runs once, in the parent process, not per worker. Concurrent reaps
+    and sweeps would be safe (R9: every promotion and release is guarded inside its statement,
+    so two reapers racing settle each lease once), but N reapers would only repeat the same
+    queries N times; the parent lives exactly as long as the server, so one timer there is
+    enough. The parent also does the startup wake (wake 5) and the seal of what a crash left
+    unsealed, once, before any worker starts.
+    """
 
     def __init__(self, med: object, every_s: float) -> None:
         self.med = med
@@ -61,11 +82,22 @@ class Reaper:
         self._thread.join(timeout=10)
 
 
-def serve(args: argparse.Namespace) -> int:
-    import uvicorn
+@dataclass(frozen=True)
+class Serving:
+    """What a process needs to serve the API: picklable, so a spawned worker gets it whole."""
 
-    from mediator.api import create_app
-    from mediator.api.auth import Tokens
+    config: Config
+    tokens: Tokens
+    dev: bool
+    database_url: str
+    records_root: str
+
+    def banner(self, port: int) -> str:
+        mode = " (development mode: no tokens)" if self.dev else ""
+        return f"mediator: serving on http://{self.config.host}:{port}{mode}"
+
+
+def serve(args: argparse.Namespace) -> int:
     from mediator.flows import Mediator
 
     try:
@@ -76,6 +108,7 @@ def serve(args: argparse.Namespace) -> int:
             port=args.port,
             tokens_file=args.tokens,
             records_root=args.records,
+            workers=args.workers,
         )
         if args.dev and not _is_loopback(config.host):
             raise ConfigError(
@@ -96,11 +129,13 @@ def serve(args: argparse.Namespace) -> int:
     data = Path(args.data).resolve()
     records_root = config.records_root or str(data.parent / "records")
     try:
+        # This process starts the embedded PostgreSQL (once), seals, wakes (wake 5) and reaps;
+        # with several workers each opens its own pool to the same database.
         med = Mediator.connect(
             config=config,
             records_root=records_root,
             data_dir=None if config.database_url else str(data),
-            pool_size=16,
+            pool_size=16 if config.workers == 1 else 2,
         )
     except MediatorError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
@@ -111,21 +146,45 @@ def serve(args: argparse.Namespace) -> int:
         print(f"mediator: database {med.database_url}", flush=True)
     reaper = Reaper(med, config.renew_seconds)
     reaper.start()
-    app = create_app(med, tokens)
+    serving = Serving(config, tokens, args.dev, med.database_url, records_root)
+    try:
+        if config.workers == 1:
+            return _serve_here(med, serving)
+        return Workers(serving).run()
+    finally:
+        reaper.stop()
+        med.close()
+        print("mediator: stopped", flush=True)
+
+
+def _server(
+    med: Mediator, serving: Serving, on_ready: Callable[[int], None]
+) -> tuple[Any, Callable[[], None]]:
+    """A uvicorn server for the API around ``med`` that ends open event streams on SIGINT or
+    SIGTERM and calls ``on_ready(port)`` once it listens; and a function that stops it so."""
+    import uvicorn
+
+    from mediator.api import create_app
+
+    app = create_app(med, serving.tokens)
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host=config.host, port=config.port, log_level="warning", access_log=False
+            app,
+            host=serving.config.host,
+            port=serving.config.port,
+            log_level="warning",
+            access_log=False,
         )
     )
     original_startup = server.startup
 
     async def startup(sockets: object = None) -> None:
         await original_startup(sockets=sockets)  # type: ignore[arg-type]
-        port = config.port
+        port = serving.config.port
         if server.servers and server.servers[0].sockets:
             port = server.servers[0].sockets[0].getsockname()[1]
-        mode = " (development mode: no tokens)" if args.dev else ""
-        print(f"mediator: serving on http://{config.host}:{port}{mode}", flush=True)
+        if not server.should_exit:
+            on_ready(port)
 
     server.startup = startup  # type: ignore[method-assign]
 
@@ -142,13 +201,180 @@ def serve(args: argparse.Namespace) -> int:
         yield
 
     server.capture_signals = capture_signals  # type: ignore[method-assign]
-    try:
-        server.run()
-    finally:
-        reaper.stop()
-        med.close()
-        print("mediator: stopped", flush=True)
+
+    def stop() -> None:
+        app.state.feed.stop()
+        server.should_exit = True
+
+    return server, stop
+
+
+def _serve_here(med: Mediator, serving: Serving) -> int:
+    """``--workers 1``: the API in this very process."""
+    server, _ = _server(med, serving, lambda port: print(serving.banner(port), flush=True))
+    server.run()
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The one listening socket every worker accepts on, bound here so port 0 names one port.
+
+    Made with ``IPPROTO_TCP`` spelt out, as uvicorn's own sockets are: asyncio turns Nagle off
+    (TCP_NODELAY) only on connections whose socket says it is TCP, and an accepted connection
+    inherits the listener's ``proto``. With ``proto`` 0 every response waited out the client's
+    delayed ACK: 44 ms per request instead of 1 (measured, docs/performance.md P1).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class Workers:
+    """``--workers N``: N spawned processes serving one socket this process bound.
+
+    Each worker has its own Mediator (its own pool on the one database) and its own event feed;
+    the event-stream caps are divided among them (docs/security.md "Event streams"), so the server
+    as a whole never holds more than the caps. This process prints the one "serving on" line
+    once every worker listens, respawns a worker that dies, and on SIGINT or SIGTERM stops them
+    all (each ends its open streams first) before the caller stops the reaper and the database.
+    Workers are spawned, not forked: this process already runs the pool's and the reaper's
+    threads, which a fork would copy in whatever state they were.
+    """
+
+    START_S = 60.0  # a worker that does not listen within this is a failed start
+    STOP_S = 15.0  # then it is killed
+
+    def __init__(self, serving: Serving) -> None:
+        n = serving.config.workers
+        share = serving.config.replace(
+            events_max_streams=max(1, serving.config.events_max_streams // n),
+            events_max_streams_per_principal=max(
+                1, serving.config.events_max_streams_per_principal // n
+            ),
+        )
+        self.serving = Serving(
+            share, serving.tokens, serving.dev, serving.database_url, serving.records_root
+        )
+        self.n = n
+        self._ctx = multiprocessing.get_context("spawn")
+        self._ready: Any = self._ctx.Queue()
+        self._stopping = threading.Event()
+        self._procs: list[Any] = []
+
+    def _spawn(self, sock: socket.socket) -> Any:
+        proc = self._ctx.Process(
+            target=_worker,
+            args=(self.serving, sock, self._ready, os.getpid()),
+            name="mediator-worker",
+            daemon=False,
+        )
+        proc.start()
+        return proc
+
+    def run(self) -> int:
+        def handle_exit(sig: int, frame: FrameType | None) -> None:
+            self._stopping.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, handle_exit)
+        try:
+            sock = _bind(self.serving.config.host, self.serving.config.port)
+        except OSError as exc:
+            print(f"mediator: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        try:
+            self._procs = [self._spawn(sock) for _ in range(self.n)]
+            if not self._await_ready():
+                return 1
+            print(self.serving.banner(sock.getsockname()[1]), flush=True)
+            while not self._stopping.wait(0.5):
+                for i, proc in enumerate(self._procs):
+                    if not proc.is_alive() and not self._stopping.is_set():
+                        log.error(
+                            "worker %d exited (%s); starting another", proc.pid, proc.exitcode
+                        )
+                        self._procs[i] = self._spawn(sock)
+            return 0
+        finally:
+            self._stop_all()
+            sock.close()
+
+    def _await_ready(self) -> bool:
+        """Wait until every worker listens; False if one died first, or the deadline passed."""
+        deadline = time.monotonic() + self.START_S
+        ready = 0
+        while ready < self.n:
+            if self._stopping.is_set():
+                return False
+            if any(not p.is_alive() for p in self._procs):
+                print("mediator: a worker failed to start", file=sys.stderr)
+                return False
+            if time.monotonic() > deadline:
+                print("mediator: the workers did not start in time", file=sys.stderr)
+                return False
+            try:
+                self._ready.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            ready += 1
+        return True
+
+    def _stop_all(self) -> None:
+        for proc in self._procs:
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.STOP_S
+        for proc in self._procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                log.error("worker %d did not stop in %.0fs; killing it", proc.pid, self.STOP_S)
+                proc.kill()
+                proc.join(5)
+        self._ready.close()
+        self._ready.join_thread()
+
+
+def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> None:
+    """One spawned worker: its own Mediator on the shared database, serving ``sock``."""
+    from mediator.flows import Mediator
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+        stream=sys.stderr,
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn handles it: the parent decides
+    med = Mediator.connect(
+        serving.database_url,
+        config=serving.config,
+        records_root=serving.records_root,
+        pool_size=16,
+        startup_wake=False,  # the parent woke once (wake 5) and sealed before spawning us
+    )
+    try:
+        server, stop = _server(med, serving, lambda port: ready.put(os.getpid()))
+
+        def orphaned() -> None:
+            # The parent was killed outright (SIGKILL): stop rather than serve on alone.
+            while not server.should_exit:
+                if os.getppid() != parent:
+                    stop()
+                    return
+                time.sleep(1.0)
+
+        threading.Thread(target=orphaned, name="mediator-orphan", daemon=True).start()
+        server.run(sockets=[sock])
+    finally:
+        med.close()
 
 
 def records_verify(args: argparse.Namespace) -> int:
@@ -242,6 +468,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="tokens file (TOML); required unless --dev (default: none)",
+    )
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes serving one socket, each with its own database pool (default: "
+        "the CPU count, or the configuration's workers); 1 serves in this process",
     )
     s.add_argument(
         "--dev",

@@ -64,7 +64,7 @@ from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -275,8 +275,16 @@ class Tx:
     def lock_ask(self, ask_id: int) -> AskStatus | None:
         return self._one("lock_ask", {"ask_id": ask_id}, row=class_row(AskStatus))  # type: ignore[no-any-return]
 
-    def events_since(self, after: int, limit: int = 500) -> list[Event]:
-        return self._rows("events_since", {"after": after, "limit": limit}, row=class_row(Event))
+    def events_since(self, tx: int, after: int, limit: int = 500) -> list[tuple[int, Event]]:
+        """Events after the place ``(tx, after)``, in (tx, id) order (issue 13 §6): each with the
+        transaction id that orders it (not part of the event itself)."""
+        rows = self._rows("events_since", {"tx": str(tx), "after": after, "limit": limit})
+        return [(int(r.pop("tx")), Event(**r)) for r in rows]
+
+    def event_position(self, event_id: int | None) -> tuple[int, int]:
+        """The (tx, id) place a stream starts from: after ``event_id``, or from now (None)."""
+        row = self._one("event_position", {"id": event_id})
+        return int(row["tx"]), int(row["id"])
 
     def last_event_id(self) -> int:
         return int(self._one("last_event_id")["id"])
@@ -286,7 +294,12 @@ class Tx:
         return r["principal"] if r else None
 
     def run_counts(self) -> dict[str, int]:
+        """QUEUED and RUNNING counts, lab-wide; cheap at any history size (issue 13)."""
         return {r["state"]: int(r["n"]) for r in self._rows("run_counts")}
+
+    def run_totals(self) -> dict[str, int]:
+        """Counts of every state (reads every run: /metrics only)."""
+        return {r["state"]: int(r["n"]) for r in self._rows("run_totals")}
 
     def wait_histogram(self, bounds: Sequence[float]) -> list[tuple[float, int]]:
         rows = self._rows("wait_histogram", {"bounds": list(bounds)})

@@ -441,14 +441,15 @@ UPDATE asks SET answer = %(answer)s, ok = %(ok)s, answered_by = %(by)s,
 WHERE ask_id = %(ask_id)s AND NOT closed
 
 -- events_since --
--- /v1/events replay: only rows whose inserting transaction is older than this snapshot's xmin,
--- so a row with a smaller id that commits later is never skipped (design.md §19 route 14). The xid
--- comparison is within one 2^32 epoch, which is what row xmin carries.
-SELECT id, at, run_id, node_id, kind, data
+-- /v1/events: rows in (tx, id) order after the stream's place, only from transactions older than
+-- this snapshot's xmin. Every such transaction has ended, so no row can still appear before the
+-- place a stream has reached; ordering by id alone skipped a smaller id that committed later
+-- (issue 13 §6, docs/design.md §19 route 14).
+SELECT id, at, run_id, node_id, kind, data, tx::text AS tx
 FROM events
-WHERE id > %(after)s
-  AND xmin::text::bigint < (pg_snapshot_xmin(pg_current_snapshot())::text::bigint %% 4294967296)
-ORDER BY id
+WHERE (tx, id) > (%(tx)s::text::xid8, %(after)s::bigint)
+  AND tx < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY tx, id
 LIMIT %(limit)s
 
 -- last_event_id --
@@ -459,7 +460,12 @@ SELECT coalesce(max(id), 0) AS id FROM events
 SELECT principal FROM nodes WHERE node_id = %(node_id)s
 
 -- run_counts --
-SELECT state, count(*) AS n FROM runs GROUP BY state
+-- The live runs lab-wide: GET /v1/runs' header, which the panel polls every 5 s. Only the two
+-- live states, each counted from its partial index (runs_queue, runs_running), so the cost
+-- follows what is queued and running, not the history (issue 13; GROUP BY state read every run).
+SELECT 'QUEUED' AS state, count(*) AS n FROM runs WHERE state = 'QUEUED'
+UNION ALL
+SELECT 'RUNNING', count(*) FROM runs WHERE state = 'RUNNING'
 
 -- wait_histogram --
 -- Cumulative buckets of queue wait (started_at - created_at) over every run that started.
@@ -766,3 +772,24 @@ UNION ALL
  WHERE r.state = 'QUEUED' AND EXISTS (SELECT 1 FROM cls)
  ORDER BY r.created_at, r.run_id
  LIMIT %(limit)s)
+
+-- event_position --
+-- Where a /v1/events stream starts, as (tx, id) (events_since's order). After event %(id)s: that
+-- event's place, else just before the first event after it, else the horizon. From now on (id
+-- NULL): the last event below the horizon, so one still in flight is delivered when it commits.
+SELECT coalesce(e.tx, a.tx, l.tx,
+                CASE WHEN %(id)s::bigint IS NULL THEN '0'::xid8
+                     ELSE pg_snapshot_xmin(pg_current_snapshot()) END)::text AS tx,
+       coalesce(%(id)s::bigint, l.id, 0) AS id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT tx FROM events WHERE id = %(id)s::bigint) AS e ON true
+LEFT JOIN LATERAL (SELECT min(tx) AS tx FROM events WHERE id > %(id)s::bigint) AS a ON true
+LEFT JOIN LATERAL (SELECT tx, id FROM events
+                   WHERE %(id)s::bigint IS NULL
+                     AND tx < pg_snapshot_xmin(pg_current_snapshot())
+                   ORDER BY tx DESC, id DESC LIMIT 1) AS l ON true
+
+-- run_totals --
+-- Runs in every state, for /metrics' mediator_runs gauge only (scraped, not polled by the panel):
+-- the terminal states have no index of their own, so this reads every run.
+SELECT state, count(*) AS n FROM runs GROUP BY state

@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (4);
+INSERT INTO schema_version VALUES (5);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -144,3 +144,12 @@ CREATE FUNCTION notify_events() RETURNS trigger LANGUAGE plpgsql AS
 $$ BEGIN PERFORM pg_notify('mediator_events', ''); RETURN NULL; END $$;
 CREATE TRIGGER events_notify AFTER INSERT ON events
     FOR EACH STATEMENT EXECUTE FUNCTION notify_events();
+
+-- /v1/events reads in (tx, id) order below the snapshot's xmin (queries.sql events_since): the
+-- inserting transaction's full id, so an event that took a smaller id but committed later is
+-- never skipped (issue 13 §6). xid8 does not wrap, unlike a row's 32-bit xmin.
+ALTER TABLE events ADD COLUMN tx xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE INDEX events_tx ON events (tx, id);
+
+-- run_counts counts the live runs from partial indexes: runs_queue (above) and this one.
+CREATE INDEX runs_running ON runs (run_id) WHERE state = 'RUNNING';

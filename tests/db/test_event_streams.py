@@ -54,12 +54,30 @@ class Stream:
         )
         self.data = b""
 
-    def read_until(self, marker: bytes) -> bytes:
+    def read_until(self, marker: bytes, timeout: float = 30.0) -> bytes:
+        # A deadline of its own: keepalives keep recv from ever timing out on a live stream.
+        deadline = time.monotonic() + timeout
         while marker not in self.data:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {marker!r} within {timeout} s: {self.data[-300:]!r}")
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise ConnectionError(f"closed before {marker!r}: {self.data!r}")
             self.data += chunk
+        return self.data
+
+    def read_some(self) -> bytes:
+        """What has arrived so far, waiting at most a moment for more (a poll, not a sync)."""
+        self.sock.settimeout(0.05)
+        try:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed: {self.data!r}")
+            self.data += chunk
+        except TimeoutError:
+            pass
+        finally:
+            self.sock.settimeout(10)
         return self.data
 
     def status(self) -> int:
@@ -235,3 +253,39 @@ def test_a_replay_from_an_old_id_hands_over_to_the_live_buffer_without_gaps(
     late.read_until(b'"run_id": "live"')
     ids = [int(m) for m in re.findall(rb"^id: (\d+)$", late.data, re.M)]
     assert ids == list(range(2, ids[-1] + 1))  # every id after 1, once, in order
+
+
+# ---- an event that commits after a bigger id is not skipped (issue 13 §6) ----------------------
+def test_an_event_whose_smaller_id_commits_later_still_reaches_a_stream(serve, streams, med):
+    # Two writers race. B takes its transaction id first; A then inserts event "early" (the smaller
+    # event id, the bigger transaction id); B inserts "late" and commits while A is still open. A
+    # stream that reads by id alone sends "late", moves past it, and never sees "early" once A
+    # commits. Streams read in (tx, id) order below the oldest open transaction instead.
+    import psycopg
+
+    url = serve()
+    (stream,) = open_streams(port_of(url), 1, streams)
+    insert = "INSERT INTO events (at, run_id, kind) VALUES (now(), %s, 'submitted') RETURNING id"
+    with (
+        psycopg.connect(med.database_url) as a,
+        psycopg.connect(med.database_url) as b,
+    ):
+        b.execute("SELECT pg_current_xact_id()")  # B's transaction id is the older one
+        early = a.execute(insert, ("early",)).fetchone()
+        late = b.execute(insert, ("late",)).fetchone()
+        assert early is not None and late is not None and early[0] < late[0]
+        b.commit()  # NOTIFY: the pump reads now, while A is still open
+        keepalives = stream.data.count(b": keepalive")
+        # Either the stream sent "late" (reading by id) or held it back (reading below the
+        # horizon) and said keepalive at least once since: the pump has read while A was open.
+        eventually(
+            lambda: (
+                b'"run_id": "late"' in stream.read_some()
+                or stream.data.count(b": keepalive") > keepalives
+            )
+        )
+        a.commit()
+    stream.read_until(b'"run_id": "early"')
+    stream.read_until(b'"run_id": "late"')
+    frames = re.findall(rb'"run_id": "(early|late)"', stream.data)
+    assert sorted(frames) == [b"early", b"late"]  # each once

@@ -73,3 +73,45 @@ def test_serve_help_describes_the_command(capsys):
     out = capsys.readouterr().out
     assert "usage: mediator serve" in out and "embedded PostgreSQL" in out
     assert f"(default: {DEFAULT_DATA})" in out
+
+
+def test_the_workers_shared_socket_gets_nagle_turned_off_on_every_connection():
+    """issue 13 (serve --workers): the parent binds the socket the workers accept on. asyncio
+    sets TCP_NODELAY only on a connection whose socket says it is TCP, and an accepted socket
+    inherits the listener's proto: a listener made with proto 0 left Nagle on, and every response
+    waited out the client's delayed ACK (44 ms a request instead of 1)."""
+    import asyncio
+    import socket
+
+    from mediator.cli.main import _bind
+
+    listener = _bind("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+
+    async def accept_one() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            nodelay = await asyncio.wait_for(seen, 10)
+            writer.close()
+        return nodelay
+
+    # A thread of its own: a test before this one may have left an event loop running here.
+    import threading
+
+    result: list[int] = []
+    try:
+        worker = threading.Thread(target=lambda: result.append(asyncio.run(accept_one())))
+        worker.start()
+        worker.join(30)
+    finally:
+        listener.close()
+    assert result and result[0] != 0

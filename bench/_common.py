@@ -1,0 +1,77 @@
+"""What the HTTP benchmarks share: a cluster, the pgbench baseline, a ``mediator serve`` process
+and its stop, and how a figure is printed beside its baseline.
+
+Every benchmark measures its baseline on the same server in the same run (docs/performance.md):
+figures from different runs or machines are never divided.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from mediator.pg import EmbeddedPostgres
+
+READY = re.compile(r"serving on (http://\S+)")
+
+
+def pgbench_tps(pg: EmbeddedPostgres, seconds: int, clients: int = 2) -> float:
+    """pgbench TPC-B-like (scale 10) on its own database of ``pg``: the baseline TPS."""
+    db = "pgbench"
+    pg.ensure_database(db)
+    conn = ["-h", pg.socket_dir, "-p", str(pg.port), "-U", "postgres"]
+    subprocess.run(["pgbench", "-i", "-q", "-s", "10", *conn, db], check=True, capture_output=True)
+    out = subprocess.run(
+        ["pgbench", "-c", str(clients), "-j", str(clients), "-T", str(seconds), *conn, db],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    m = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+    if m is None:
+        raise RuntimeError(out)
+    return float(m.group(1))
+
+
+def start_server(
+    dsn: str,
+    workdir: Path | str,
+    *,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[str], str]:
+    """``mediator serve --dev`` on ``dsn``, port 0, ``workers`` processes; returns the process
+    and its URL once it says it serves. ``env`` adds MEDIATOR_* settings."""
+    work = Path(workdir)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mediator.cli.main", "--data", str(work / "pg"),
+         "--records", str(work / "records"), "serve", "--dev", "--port", "0",
+         "--database-url", dsn, "--workers", str(workers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = READY.search(line)
+        if m:
+            return proc, m.group(1)
+    raise RuntimeError("mediator serve exited before it listened")
+
+
+def stop_server(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, as an operator would; the server stops its workers and exits."""
+    proc.terminate()
+    proc.wait(timeout=60)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def ratio_line(label: str, figure: float, baseline: float, target: float | None = None) -> str:
+    """``label: 0.123× baseline (target ≥ 0.35)``."""
+    goal = f" (target ≥ {target:g})" if target is not None else ""
+    return f"{label}: {figure / baseline:.3f}× baseline{goal}"
