@@ -108,11 +108,15 @@ def read_bytes(root: Path, *parts: str) -> bytes | None:
         return None
 
 
-def write_exclusive(root: Path, *parts: str, data: bytes, mode: int = 0o644) -> bool:
+def write_exclusive(
+    root: Path, *parts: str, data: bytes, mode: int = 0o644, sync: bool = True
+) -> bool:
     """Create ``root/parts…`` with ``data`` unless it exists; True if this call created it.
 
     ``O_EXCL`` never follows a symlink at the last part, and the folders on the way are walked
-    with ``O_NOFOLLOW``.
+    with ``O_NOFOLLOW``. ``sync=False`` skips the fsync: for a file whose durability a later
+    step guarantees (a record's ``contract.json``, checked and synced at seal, docs/design.md
+    §12).
     """
     with _walk(root, parts[:-1]) as dir_fd:
         check_part(parts[-1], "path")
@@ -125,7 +129,8 @@ def write_exclusive(root: Path, *parts: str, data: bytes, mode: int = 0o644) -> 
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
     return True
@@ -145,6 +150,34 @@ def move_in(source: Path, root: Path, *parts: str) -> bool:
             os.replace(source, name, dst_dir_fd=dir_fd)
             return True
     return False
+
+
+def replace_file(source: Path, root: Path, *parts: str) -> None:
+    """Rename ``source`` over ``root/parts…`` (a repair: the file there is known bad).
+
+    A rename replaces the name itself and never follows a symlink at the destination; the
+    folders on the way are walked with ``O_NOFOLLOW``.
+    """
+    with _walk(root, parts[:-1]) as dir_fd:
+        os.replace(source, check_part(parts[-1], "path"), dst_dir_fd=dir_fd)
+
+
+def sync(root: Path, *parts: str) -> None:
+    """fsync the file or folder ``root/parts…`` (no part may be a symlink): what a seal does
+    to every file of the record and to its folders before ``seal.json`` exists."""
+    with _walk(root, parts[:-1] if parts else ()) as dir_fd:
+        if not parts:
+            os.fsync(dir_fd)
+            return
+        fd = os.open(
+            check_part(parts[-1], "path"),
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
+            dir_fd=dir_fd,
+        )
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def make_dir(root: Path, *parts: str) -> Path:

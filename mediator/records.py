@@ -55,6 +55,30 @@ def _parts(name: str) -> tuple[str, ...]:
     return tuple(name.split("/"))
 
 
+def _is_json(data: bytes | None) -> bool:
+    """Whether a record file holds a whole JSON document (a crash can leave it empty or cut);
+    None — absent or not a plain file — is left for the seal's own checks to refuse."""
+    if data is None:
+        return True
+    try:
+        json.loads(data)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
+        return False
+    return True
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write a staged file (in a folder of our own, ``mkdtemp``) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Records:
     """The record store rooted at ``root``."""
 
@@ -67,9 +91,15 @@ class Records:
         return paths.confined(self.root, run_id, field="run_id")
 
     def open(self, run_id: str, contract: Mapping[str, Any]) -> None:
-        """Write ``contract.json`` if it is not there yet (idempotent)."""
+        """Write ``contract.json`` if it is not there yet (idempotent).
+
+        Without fsync: this is on every submit's path (its largest single cost in the P1
+        profile, docs/performance.md), and the record only has to be durable once sealed — the
+        seal checks this file, repairs it from the database's contract if a crash left it torn,
+        and syncs it with the rest (docs/design.md §12).
+        """
         paths.make_dir(self.root, run_id)
-        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract))
+        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract), sync=False)
 
     def is_sealed(self, run_id: str) -> bool:
         return os.path.lexists(self.dir(run_id) / SEAL)
@@ -90,8 +120,12 @@ class Records:
         if os.path.lexists(d / SEAL):
             return False
         paths.make_dir(self.root, run_id, "steps")
-        # a cancel right after submit may seal before open wrote the contract
-        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract))
+        # A cancel right after submit may seal before open wrote the contract; and open does not
+        # fsync, so a crash may have left the file empty or torn: repair it from the database.
+        wanted = _dumps(contract)
+        created = paths.write_exclusive(self.root, run_id, "contract.json", data=wanted)
+        if not created and not _is_json(paths.read_bytes(self.root, run_id, "contract.json")):
+            self._repair(run_id, "contract.json", wanted)
         files: dict[str, bytes] = {
             "events.jsonl": b"".join(
                 (json.dumps(e, sort_keys=True, default=str) + "\n").encode() for e in events
@@ -106,7 +140,7 @@ class Records:
         try:
             (staging / "steps").mkdir()
             for name, content in files.items():
-                (staging / name).write_bytes(content)
+                _write_synced(staging / name, content)
             if os.path.lexists(d / SEAL):
                 return False
             for name in files:
@@ -114,6 +148,12 @@ class Records:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         names = ["contract.json", *files]
+        # Durable before seal.json claims it (docs/design.md §12): every file's bytes and the
+        # folders' entries reach the disk first, so a crash never leaves a seal over files
+        # that are empty or missing.
+        paths.sync(self.root, run_id, "contract.json")
+        paths.sync(self.root, run_id, "steps")
+        paths.sync(self.root, run_id)
         digests = {}
         for n in sorted(names):
             data = paths.read_bytes(self.root, run_id, *_parts(n))
@@ -129,9 +169,20 @@ class Records:
         }
         if not paths.write_exclusive(self.root, run_id, SEAL, data=_dumps(seal)):
             return False
+        paths.sync(self.root, run_id)
         for n in [*names, SEAL]:
             paths.make_read_only(self.root, run_id, *_parts(n))
         return True
+
+    def _repair(self, run_id: str, name: str, data: bytes) -> None:
+        """Replace a record file a crash left torn, before any seal covers it."""
+        d = self.dir(run_id)
+        staging = Path(tempfile.mkdtemp(prefix=".repair-", dir=d))
+        try:
+            _write_synced(staging / "file", data)
+            paths.replace_file(staging / "file", self.root, run_id, *_parts(name))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """``seal.json`` once sealed, else the list of files so far; None if no record."""
