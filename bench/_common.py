@@ -51,7 +51,7 @@ def start_server(
          "--records", str(work / "records"), "serve", "--dev", "--port", "0",
          "--database-url", dsn, "--workers", str(workers)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=(work / "serve.err").open("w"),
         text=True,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
@@ -60,7 +60,9 @@ def start_server(
         m = READY.search(line)
         if m:
             return proc, m.group(1)
-    raise RuntimeError("mediator serve exited before it listened")
+    # say why: a bench that dies with no reason sends people hunting (a missing package, a port)
+    tail = (work / "serve.err").read_text(errors="replace").strip().splitlines()[-5:]
+    raise RuntimeError("mediator serve exited before it listened:\n" + "\n".join(tail))
 
 
 def stop_server(proc: subprocess.Popen[str]) -> None:
