@@ -46,15 +46,16 @@ def start_server(
     """``mediator serve --dev`` on ``dsn``, port 0, ``workers`` processes; returns the process
     and its URL once it says it serves. ``env`` adds MEDIATOR_* settings."""
     work = Path(workdir)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mediator.cli.main", "--data", str(work / "pg"),
-         "--records", str(work / "records"), "serve", "--dev", "--port", "0",
-         "--database-url", dsn, "--workers", str(workers)],
-        stdout=subprocess.PIPE,
-        stderr=(work / "serve.err").open("w"),
-        text=True,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    with (work / "serve.err").open("w") as err:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mediator.cli.main", "--data", str(work / "pg"),
+             "--records", str(work / "records"), "serve", "--dev", "--port", "0",
+             "--database-url", dsn, "--workers", str(workers)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )  # fmt: skip
     assert proc.stdout is not None
     for line in proc.stdout:
         m = READY.search(line)

@@ -148,18 +148,18 @@ class Records:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         names = ["contract.json", *files]
-        # Durable before seal.json claims it (docs/design.md §12): every file's bytes and the
-        # folders' entries reach the disk first, so a crash never leaves a seal over files
-        # that are empty or missing.
-        paths.sync(self.root, run_id, "contract.json")
-        paths.sync(self.root, run_id, "steps")
-        paths.sync(self.root, run_id)
         digests = {}
         for n in sorted(names):
             data = paths.read_bytes(self.root, run_id, *_parts(n))
             if data is None:
                 raise UnsafePath(f"Record file {n} of run {run_id} is not a plain file.")
             digests[n] = hashlib.sha256(data).hexdigest()
+        # Durable before seal.json claims it (docs/design.md §12): every file's bytes and the
+        # folders' entries reach the disk first, so a crash never leaves a seal over files
+        # that are empty or missing.
+        paths.sync(self.root, run_id, "contract.json")
+        paths.sync(self.root, run_id, "steps")
+        paths.sync(self.root, run_id)
         seal = {
             "run_id": run_id,
             "state": state,

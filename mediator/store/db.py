@@ -123,6 +123,18 @@ class Tx:
         self.now = now  # the clock's instant for every statement of this Tx (None: the server's)
 
     # ---- plumbing ----------------------------------------------------------------------------
+    def _leasing(self, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run a statement that inserts leases: a lease's primary key, a deadlock or a lock
+        timeout means another run took one of its nodes first (R9, I1) — NodeTaken."""
+        try:
+            return self._rows(name, params)
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DeadlockDetected,
+            psycopg.errors.LockNotAvailable,
+        ) as exc:
+            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+
     def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> list[Any]:
         check_edges(params or {})
         with self.conn.cursor(row_factory=row or dict_row) as cur:
@@ -432,14 +444,7 @@ class Tx:
             "ask_from": [str(StepState.PENDING)],
         }
         params["run_from"] = [str(RunState.QUEUED)]  # R8: promotion is QUEUED → RUNNING only
-        try:
-            rows = self._rows("promote", params)
-        except (
-            psycopg.errors.UniqueViolation,
-            psycopg.errors.DeadlockDetected,
-            psycopg.errors.LockNotAvailable,
-        ) as exc:
-            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+        rows = self._leasing("promote", params)
         if not rows:
             return None
         return [
@@ -543,14 +548,7 @@ class Tx:
             "events": Jsonb([_event(e) for e in events]),
             "ttl": ttl_s,
         }
-        try:
-            rows = self._rows("create_run", params)
-        except (
-            psycopg.errors.UniqueViolation,
-            psycopg.errors.DeadlockDetected,
-            psycopg.errors.LockNotAvailable,
-        ) as exc:
-            raise NodeTaken("A node of this assignment was taken by another run.") from exc
+        rows = self._leasing("create_run", params)
         if not rows:
             return None
         head = {k: v for k, v in rows[0].items() if not k.startswith("s_")}
