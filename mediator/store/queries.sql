@@ -594,7 +594,8 @@ WITH g AS (
         log      = s.log || %(log)s::text,
         ended_at = CASE WHEN %(step_ends)s::boolean THEN mediator_now(%(now)s) ELSE s.ended_at END
     FROM g
-    WHERE s.run_id = g.run_id AND s.seq = %(seq)s::integer AND s.state = ANY(%(step_from)s::text[])
+    WHERE s.run_id = %(run_id)s AND s.seq = %(seq)s::integer AND s.run_id = g.run_id
+      AND s.state = ANY(%(step_from)s::text[])
     RETURNING s.seq, s.log
 ), sk AS (
     UPDATE steps s SET state = %(skip_to)s::text, ended_at = mediator_now(%(now)s)
