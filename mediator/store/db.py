@@ -12,7 +12,9 @@ own (issue 13). Only ``read_only`` analytics still set ``mediator.now`` for hand
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 import weakref
@@ -21,10 +23,11 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import orjson
 import psycopg
 import psycopg.errors
 from psycopg.rows import class_row, dict_row, tuple_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
@@ -68,6 +71,32 @@ SCHEMA_VERSION = 5
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
+
+
+# jsonb in and out with orjson (issue 13: a simulated run loads some 30 jsonb values; orjson is
+# several times json's speed, bench/bench_json.py) — but only where it means the same. orjson reads
+# an integer beyond 64 bits as a rounded float and writes no integer beyond 64 bits; jsonb keeps
+# them exact, so text with a run of 19 digits is read by json, and a value orjson refuses is
+# written by json. Everything else reaching jsonb was checked by the contract parser (no NaN,
+# no set, no NUL: docs/security.md), where the two agree.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # json's own error (or its answer) then
+    return json.loads(raw)
+
+
+def _json_dumps(obj: Any) -> bytes | str:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # JSONEncodeError too: an integer beyond 64 bits, a key that is no str
+        return json.dumps(obj)
 
 
 def _map_error(exc: psycopg.Error) -> MediatorError:
@@ -722,6 +751,8 @@ class Store:
         return self._watcher is not None
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        set_json_loads(_json_loads, conn)
+        set_json_dumps(_json_dumps, conn)
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
         # Timestamps leave the database as UTC whatever the server's zone (records, /v1/events).
         conn.execute("SET TIME ZONE 'UTC'")
