@@ -144,6 +144,24 @@ def _split(row: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k[n:]: v for k, v in row.items() if k.startswith(prefix)}
 
 
+def _result_source(run_id: str, rows: list[dict[str, Any]]) -> ResultSource | None:
+    """``result_source``'s rows (one per step; run, node and leases on each) as one object."""
+    if not rows:
+        return None
+    first = rows[0]
+    head = {k: v for k, v in first.items() if not k.startswith(("s_", "n_"))}
+    version, leases = head.pop("version"), head.pop("leases")
+    steps = tuple(Step(run_id=run_id, **_split(r, "s_")) for r in rows if r["s_seq"] is not None)
+    node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
+    return ResultSource(
+        run=Run(**head, steps=steps),
+        version=int(version),
+        steps=steps,
+        node=node,
+        leases=tuple(RunLease(**x) for x in leases),
+    )
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -374,10 +392,13 @@ class Tx:
         self._exec("outage_shift_leases", params)
 
     # ---- lifecycle writes ----------------------------------------------------------------------
-    def claim_step(self, run_id: str, seq: int, node_id: str, instance: str | None) -> Step | None:
-        """The guarded claim and its event in one statement; None when a condition failed."""
+    def claim_step(
+        self, run_id: str, seq: int, node_id: str, instance: str | None
+    ) -> ResultSource | None:
+        """The guarded claim and its event in one statement; None when a condition failed.
+        Else the run as the claim left it, in :meth:`result_source`'s shape (issue 13)."""
         params = {"run_id": run_id, "seq": seq, "node_id": node_id, "instance": instance}
-        return self._one("claim_step", params, row=class_row(Step))  # type: ignore[no-any-return]
+        return _result_source(run_id, self._rows("claim_step", params))
 
     def claim_refusal(self, run_id: str, seq: int, node_id: str) -> ClaimRefusal | None:
         params = {"run_id": run_id, "seq": seq, "node_id": node_id}
@@ -386,22 +407,8 @@ class Tx:
     def result_source(self, run_id: str, node_id: str) -> ResultSource | None:
         """The run, its version, steps, the node's row and the run's leases, in one unlocked
         read (issue 13); None: no such run."""
-        rows = self._rows("result_source", {"run_id": run_id, "node_id": node_id})
-        if not rows:
-            return None
-        first = rows[0]
-        head = {k: v for k, v in first.items() if not k.startswith(("s_", "n_"))}
-        version, leases = head.pop("version"), head.pop("leases")
-        steps = tuple(
-            Step(run_id=run_id, **_split(r, "s_")) for r in rows if r["s_seq"] is not None
-        )
-        node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
-        return ResultSource(
-            run=Run(**head, steps=steps),
-            version=int(version),
-            steps=steps,
-            node=node,
-            leases=tuple(RunLease(**x) for x in leases),
+        return _result_source(
+            run_id, self._rows("result_source", {"run_id": run_id, "node_id": node_id})
         )
 
     def apply_result(

@@ -338,10 +338,14 @@ ORDER BY s.seq
 -- of docs/design.md §9: a cancel or reaper holds it, so they serialise with the claim, and a
 -- result read before the claim decides again, issue 13); the step row is locked by the UPDATE
 -- itself. No row back: claim_refusal says why, read only then.
+-- The rows are result_source's, as the claim leaves the run (the claimed step from its UPDATE,
+-- the others as read, the run's new version): the result that follows may decide from them
+-- instead of reading again, its write guarded by that version like any result (issue 13).
 WITH run AS (
     UPDATE runs SET version = version + 1
     WHERE run_id = %(run_id)s AND state = 'RUNNING'
-    RETURNING run_id
+    RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
+              started_at, ended_at, sealed, version
 ), node AS (
     SELECT coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '') AS instance,
            coalesce((SELECT drain FROM nodes WHERE node_id = %(node_id)s), '') AS drain
@@ -358,15 +362,36 @@ WITH run AS (
           SELECT 1 FROM steps d
           WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
             AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
-    RETURNING s.run_id, s.seq, s.name, s.kind, s.role, s.uses, s."with" AS with_, s.after, s.ask,
-              s.state, s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+    RETURNING s.seq, s.name, s.kind, s.role, s.uses, s."with", s.after, s.ask, s.state,
+              s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
 ), ev AS (
     INSERT INTO events (at, run_id, node_id, kind, data)
-    SELECT mediator_now(%(now)s), run_id, %(node_id)s, 'claimed',
+    SELECT mediator_now(%(now)s), %(run_id)s, %(node_id)s, 'claimed',
            jsonb_build_object('seq', seq, 'attempt', attempt)
     FROM claimed
+), src AS (
+    SELECT * FROM claimed
+    UNION ALL
+    SELECT s.seq, s.name, s.kind, s.role, s.uses, s."with", s.after, s.ask, s.state,
+           s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+    FROM steps s, claimed c WHERE s.run_id = %(run_id)s AND s.seq <> c.seq
 )
-SELECT * FROM claimed
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter, r.created_at,
+       r.started_at, r.ended_at, r.sealed, r.version,
+       x.seq AS s_seq, x.name AS s_name, x.kind AS s_kind, x.role AS s_role, x.uses AS s_uses,
+       x."with" AS s_with_, x.after AS s_after, x.ask AS s_ask, x.state AS s_state,
+       x.node_id AS s_node_id, x.instance AS s_instance, x.attempt AS s_attempt,
+       x.chosen AS s_chosen, x.started_at AS s_started_at, x.ended_at AS s_ended_at,
+       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
+       n.expires_at > mediator_now(%(now)s) AS n_live,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'node_id', l.node_id, 'instance', l.instance,
+                        'drain', coalesce(ln.drain, '')) ORDER BY l.node_id)
+                 FROM leases l LEFT JOIN nodes ln ON ln.node_id = l.node_id
+                 WHERE l.run_id = %(run_id)s), '[]'::jsonb) AS leases
+FROM run r CROSS JOIN src x
+LEFT JOIN nodes n ON n.node_id = %(node_id)s
+ORDER BY x.seq
 
 -- claim_refusal --
 -- Why a claim matched nothing (read only then): the run, the step, the node and whether every

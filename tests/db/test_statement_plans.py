@@ -89,7 +89,8 @@ def explained(dsn: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def life(med: Mediator, clock: ManualClock, tag: str) -> None:
     """Two runs on one node: the first runs, the second queues behind it and is promoted when
-    the first's result frees the node; both pass."""
+    the first's result frees the node; both pass. The first result decides from its claim's
+    snapshot, the second reads (issue 13)."""
     med.advert("X", {"board": "x"}, "i1", label="X")
     assert med.submit(contract(f"{tag}-a")).status == 201
     assert med.submit(contract(f"{tag}-b")).status == 202
@@ -97,6 +98,8 @@ def life(med: Mediator, clock: ManualClock, tag: str) -> None:
         clock.advance(1)
         (step,) = med.work("X")
         claimed = med.claim(run_id, step.seq, "X", "i1")
+        if run_id.endswith("-b"):  # as if the result reached another worker: it reads first
+            assert med.ctx.claimed.take(run_id, step.seq, "X", claimed.attempt) is not None
         med.report(run_id, step.seq, "X", claimed.attempt, "pass", instance="i1")
     assert med.get_run(f"{tag}-b").state == "PASSED"
 
