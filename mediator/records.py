@@ -6,7 +6,8 @@ process and the record is always generated from the committed truth:
 * ``contract.json`` at open, by exclusive create (opening twice is a no-op);
 * at seal: ``events.jsonl`` and one ``steps/<seq>-<name>.log`` per step, then ``seal.json`` last,
   created exclusively with the sha256 of every other file. Whoever creates ``seal.json`` sealed the
-  run; everyone else finds it there and does nothing (I6). Sealed files are made read-only.
+  run; everyone else finds it there and does nothing (I6). A seal's files are read-only from the
+  moment it publishes them.
 
 Every path goes through :mod:`mediator.paths` (issue 11 §1): the run id must be a plain name,
 and the run's folder is reached from the root by a walk that follows no symlink; every file is
