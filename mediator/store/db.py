@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
@@ -160,7 +160,15 @@ class Tx:
 
     def fleet_for(self, roles: dict[str, dict[str, Any]]) -> list[FleetNode]:
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
-        return self._rows("fleet_for", {"roles": Jsonb(roles)}, row=class_row(FleetNode))
+        return self.submit_read(roles, None)[1]
+
+    def submit_read(
+        self, roles: dict[str, dict[str, Any]], run_id: str | None
+    ) -> tuple[bool, list[FleetNode]]:
+        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
+        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple_row)
+        fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
+        return bool(rows and rows[0][0]), fleet
 
     def live_adverts(self) -> list[LiveAdvert]:
         return self._rows("live_adverts", row=class_row(LiveAdvert))

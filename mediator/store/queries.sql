@@ -19,20 +19,27 @@ SELECT mediator_now(%(now)s) AS observed_at
 -- re-checks truthiness), so the answer is the matcher's own, but a submit no longer reads and
 -- decodes every node of a large fleet. JSON types are kept: jsonb equality keeps booleans apart
 -- from numbers and compares numbers numerically, as the matcher does (docs/design.md §4).
-SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
-FROM nodes n
-LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s)
-  AND EXISTS (
-      SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
-      WHERE NOT EXISTS (
-          SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
-          WHERE NOT coalesce(
-              CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
-                   ELSE n.capabilities -> q.k = q.v
-                        OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
-                            AND n.capabilities -> q.k @> jsonb_build_array(q.v))
-              END, false)))
+-- With the submit's run_id it also says whether that run exists (R3: the submit then answers
+-- the existing run), so a submit reads once (issue 13): always one row at least, its node
+-- columns NULL when no live node might serve.
+SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy
+FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing) e
+LEFT JOIN LATERAL (
+    SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
+    FROM nodes n
+    LEFT JOIN leases l ON l.node_id = n.node_id
+    WHERE n.expires_at > mediator_now(%(now)s)
+      AND EXISTS (
+          SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
+              WHERE NOT coalesce(
+                  CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
+                       ELSE n.capabilities -> q.k = q.v
+                            OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
+                                AND n.capabilities -> q.k @> jsonb_build_array(q.v))
+                  END, false)))
+) n ON true
 ORDER BY n.node_id
 
 -- live_adverts --
@@ -594,7 +601,8 @@ WITH g AS (
         log      = s.log || %(log)s::text,
         ended_at = CASE WHEN %(step_ends)s::boolean THEN mediator_now(%(now)s) ELSE s.ended_at END
     FROM g
-    WHERE s.run_id = g.run_id AND s.seq = %(seq)s::integer AND s.state = ANY(%(step_from)s::text[])
+    WHERE s.run_id = %(run_id)s AND s.seq = %(seq)s::integer AND s.run_id = g.run_id
+      AND s.state = ANY(%(step_from)s::text[])
     RETURNING s.seq, s.log
 ), sk AS (
     UPDATE steps s SET state = %(skip_to)s::text, ended_at = mediator_now(%(now)s)
