@@ -6,7 +6,9 @@ records root's parent, and the record routes served the tokens file beside it. T
 * a path is built only from *parts* that are plain names — letters, digits, ``.``, ``_``, ``-``,
   never empty, never starting with ``.`` (so never ``.``, ``..`` or a hidden file), never a
   separator, NUL or anything a percent- or Unicode-spelling could turn into one;
-* the joined path is resolved and must stay inside its root;
+* the joined path is resolved and must stay inside its root (:func:`confined`) — or, for the
+  descriptor helpers below, is never joined at all: plain names under a no-symlink walk cannot
+  leave it;
 * files are opened by walking from the root one part at a time with ``O_NOFOLLOW`` (and
   ``O_DIRECTORY`` for folders), so a symlink anywhere on the way — planted before or swapped in
   between a check and the open — is refused, not followed; reads also use ``O_NONBLOCK`` and
