@@ -162,6 +162,25 @@ def _result_source(run_id: str, rows: list[dict[str, Any]]) -> ResultSource | No
     )
 
 
+SweepHead = tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]
+
+
+def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
+    """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
+    classes, fleet, head = [], [], []
+    for r in rows:
+        if r["part"] == "class":
+            classes.append(NeedsClass(r["needs_key"], r["needs"]))
+        elif r["part"] == "node":
+            fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
+                                   r["drain"], r["busy"]))  # fmt: skip
+        else:
+            head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
+    fleet.sort(key=lambda n: n.node_id)
+    head.sort(key=lambda q: (q.created_at, q.run_id))
+    return classes, fleet, head
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -246,21 +265,12 @@ class Tx:
     def list_queued(self) -> list[QueuedRun]:
         return self._rows("list_queued", row=class_row(QueuedRun))
 
-    def sweep_head(self, limit: int) -> tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]:
+    def sweep_head(self, limit: int, sealed: str | None = None) -> SweepHead:
         """The waiting needs classes, the live fleet (node_id order) and the first ``limit``
-        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued."""
-        classes, fleet, head = [], [], []
-        for r in self._rows("sweep_head", {"limit": limit}):
-            if r["part"] == "class":
-                classes.append(NeedsClass(r["needs_key"], r["needs"]))
-            elif r["part"] == "node":
-                fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
-                                       r["drain"], r["busy"]))  # fmt: skip
-            else:
-                head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
-        fleet.sort(key=lambda n: n.node_id)
-        head.sort(key=lambda q: (q.created_at, q.run_id))
-        return classes, fleet, head
+        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued.
+        With ``sealed``, the same statement first marks that run's record sealed (what
+        :meth:`mark_sealed` does, for a seal whose wake follows)."""
+        return _sweep_head(self._rows("sweep_head", {"limit": limit, "sealed": sealed}))
 
     def queued_page(
         self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int

@@ -779,7 +779,13 @@ ORDER BY i.seq
 -- queue in FIFO order (R6: created_at, run_id) — told apart by `part`. Nodes and runs come only
 -- when some class waits, so an empty queue costs this one statement and returns nothing (R13's
 -- cost argument). The sweep pages on with queued_page only past a full head.
-WITH RECURSIVE k(needs_key) AS (
+-- With %(sealed)s a run id, the statement first marks that run's record sealed (mark_sealed's
+-- update): a seal whose wake follows sends one statement for both, after the terminal commit
+-- (issue 13). NULL marks nothing.
+WITH RECURSIVE m AS (
+    UPDATE runs SET sealed = true
+    WHERE run_id = %(sealed)s AND state IN ('PASSED', 'FAILED')
+), k(needs_key) AS (
     (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
     UNION ALL
     SELECT (SELECT r.needs_key FROM runs r

@@ -49,7 +49,8 @@ PGSS = (
 # queue's head) one statement (one-step run 8: issue 13's goal); then the settling result
 # returned its record's source, so the seal reads nothing (one-step run 7). Then the claim
 # returned the run as it left it, so the result that follows in the same process writes without
-# a read (one-step run 6), and a submit's R3 lookup rode on its fleet read.
+# a read (one-step run 6), a submit's R3 lookup rode on its fleet read, and the seal's mark on
+# its wake's first read (a promoting result 3).
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
@@ -60,7 +61,7 @@ BOUND = {
     "one-step run": 6,
     "submit (node busy) → 202": 3,
     "sweep, one run queued, nothing free": 1,
-    "result that frees the node and promotes the queued run": 4,
+    "result that frees the node and promotes the queued run": 3,
     "sweep promoting one queued run": 2,
 }
 

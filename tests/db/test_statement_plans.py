@@ -126,6 +126,6 @@ def test_every_statement_of_a_runs_life_reads_as_many_rows_late_as_early(explain
             rows[i] = dict(per)
     early, late = rows[10], rows[299]
     assert {"create_run", "claim_step", "result_source", "apply_result", "promote"} <= set(late)
-    assert {"sweep_head", "mark_sealed", "work"} <= set(late)
+    assert {"sweep_head", "work"} <= set(late)
     grew = {name: (early.get(name), n) for name, n in late.items() if n > early.get(name, 0)}
     assert not grew, f"rows read per life, after 10 lives → after 300: {grew}"
