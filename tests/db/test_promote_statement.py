@@ -7,9 +7,15 @@ I5), and writes the steps' nodes, the asks due at once and the events in the sam
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mediator import Mediator
+from mediator.progress import due_asks
+from mediator.states import StepState
 from mediator.errors import NodeTaken
 from mediator.store.db import Tx
 from tests.db.conftest import advert, contract
@@ -122,3 +128,50 @@ def test_a_sweep_pages_past_a_full_head_to_a_run_that_can_go(med, monkeypatch):
     assert report.promoted == ["y-late"]
     assert [len(keys) for keys in pages] == [1]  # one page past the head, of y's class only
     assert med.get_run("x00").state == "QUEUED"
+
+
+# One rule, two spellings: raiseAsks is decided in Python for a submit and for every step that
+# ends (mediator.progress.due_asks), and inside the `promote` statement for a promotion (a queued
+# run's steps are all PENDING, so no read is needed to decide). They must agree on every graph.
+_steps = st.lists(
+    st.tuples(st.booleans(), st.sets(st.integers(min_value=0, max_value=7), max_size=3)),
+    min_size=1,
+    max_size=7,
+)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(graph=_steps)
+def test_a_promotion_raises_the_asks_a_submit_raises_for_the_same_contract(med, graph):
+    # docs/design.md §11 (raiseAsks), R12: the same contract submitted onto a free node and
+    # promoted from the queue raises the same asks, and they are due_asks' of its PENDING steps.
+    tag = f"g{abs(hash(repr(graph))) % 10**9}-{len(med.asks())}"
+    steps = []
+    for i, (is_ask, deps) in enumerate(graph):
+        after = sorted({f"s{d}" for d in deps if d < i})
+        if is_ask:
+            steps.append({"name": f"s{i}", "kind": "ask", "ask": f"q{i}?", "after": after})
+        else:
+            steps.append({"name": f"s{i}", "role": "dut", "uses": "shell", "after": after})
+    if not any(s.get("kind") != "ask" for s in steps):
+        steps.append({"name": "run", "role": "dut", "uses": "shell"})
+    board = f"b-{tag}"
+    advert(med, f"N-{tag}", board=board)
+
+    def doc(run_id: str) -> dict:
+        return {"run_id": run_id, "roles": {"dut": {"board": board}}, "steps": steps}
+
+    direct = med.submit(doc(f"{tag}-direct"))
+    assert direct.status == 201, direct
+    waiting = med.submit(doc(f"{tag}-queued"))
+    assert waiting.status == 202, waiting
+    med.cancel(f"{tag}-direct")  # frees the node: the wake promotes the queued run
+    promoted = med.get_run(f"{tag}-queued")
+    assert promoted.state == "RUNNING"
+    raised = sorted(a.seq for a in med.asks() if a.run_id == f"{tag}-queued")
+    pending = [replace(s, state=StepState.PENDING) for s in promoted.steps]
+    assert raised == sorted(due_asks(pending))
+    first = [s.seq for s in med.get_run(f"{tag}-direct").steps if s.kind == "ask"]
+    direct_raised = sorted(s.seq for s in direct.run.steps if s.state == "ASKED")
+    assert direct_raised == raised and set(raised) <= set(first)
