@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mediator import Mediator
+from mediator.errors import NodeTaken
 from mediator.progress import due_asks
 from mediator.states import StepState
-from mediator.errors import NodeTaken
 from mediator.store.db import Tx
 from tests.db.conftest import advert, contract
 
