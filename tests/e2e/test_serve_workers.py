@@ -298,3 +298,35 @@ def test_workers_that_cannot_start_back_off_and_the_server_stops_naming_why(dsn,
     assert "every worker failed to start 3 times in a row" in text, text
     assert "schema version" in text.rsplit("every worker failed", 1)[1], text
     assert "mediator: stopped" in text, text
+
+
+def _metrics_dir(worker: str) -> Path:
+    """The metrics directory a worker was handed (its environment, as the parent set it)."""
+    env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
+    value = next(v for v in env if v.startswith(b"PROMETHEUS_MULTIPROC_DIR="))
+    return Path(value.split(b"=", 1)[1].decode())
+
+
+def test_each_server_keeps_its_metrics_in_a_private_directory_it_removes(dsn, tmp_path):
+    # Two servers on one machine never mix their figures: each parent makes its own directory
+    # (mode 0700), hands it to its workers, and removes it when it stops.
+    import stat
+
+    servers = [start_server(dsn, tmp_path / name, "--workers", "2") for name in ("a", "b")]
+    try:
+        dirs = []
+        for server in servers:
+            with httpx.Client(base_url=server.url, timeout=10) as c:
+                worker = c.get("/healthz").headers["X-Mediator-Worker"]
+            path = _metrics_dir(worker)
+            st = path.stat()
+            assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid(), path
+            assert any(path.glob("counter_*.db")), sorted(path.iterdir())
+            dirs.append(path)
+        assert dirs[0] != dirs[1]
+        for server in servers:
+            assert server.process.stop(timeout=30) == 0
+        assert not dirs[0].exists() and not dirs[1].exists()
+    finally:
+        for server in servers:
+            server.process.stop()
