@@ -296,8 +296,11 @@ class Backoff:
     first_s: float = 0.5
     cap_s: float = 30.0
     stable_s: float = 30.0
-    delay_s: float = 0.5
-    failed: int = 0
+    delay_s: float = field(init=False)  # the next wait
+    failed: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.delay_s = self.first_s
 
     def after_exit(self, served_s: float | None) -> float:
         """The wait before the next start; ``served_s`` is how long the worker that ended

@@ -136,6 +136,7 @@ def test_a_worker_that_served_a_while_resets_the_wait_and_a_short_life_does_not(
     assert b.after_exit(None) == 4.0 and b.failed == 1  # ...but 5 s proves nothing yet
     assert b.after_exit(30.0) == 0.5 and b.failed == 0  # served 30 s: start over
     assert b.after_exit(None) == 1.0
+    assert Backoff(first_s=2.0).after_exit(None) == 2.0
 
 
 def test_importing_the_cli_leaves_the_metrics_mode_to_serve():
