@@ -6,29 +6,46 @@ records root's parent, and the record routes served the tokens file beside it. T
 * a path is built only from *parts* that are plain names — letters, digits, ``.``, ``_``, ``-``,
   never empty, never starting with ``.`` (so never ``.``, ``..`` or a hidden file), never a
   separator, NUL or anything a percent- or Unicode-spelling could turn into one;
-* the joined path is resolved and must stay inside its root;
+* the joined path is resolved and must stay inside its root (:func:`confined`) — or, for the
+  descriptor helpers below, is never joined at all: plain names under a no-symlink walk cannot
+  leave it;
 * files are opened by walking from the root one part at a time with ``O_NOFOLLOW`` (and
   ``O_DIRECTORY`` for folders), so a symlink anywhere on the way — planted before or swapped in
   between a check and the open — is refused, not followed; reads also use ``O_NONBLOCK`` and
   serve regular files only, so a planted FIFO or device cannot hang a thread.
+
+The descriptor helpers (``open_folder`` and the ``*_at`` functions) are what a record's open and
+seal use: the folder is reached once by the no-symlink walk and every file is then created, read,
+linked or renamed relative to its descriptor, so no path is resolved again (issue 13: the
+``resolve()`` of :func:`confined` cost more than the writes themselves).
 
 Pure standard library; ``records`` is the user (``mediator/tickets`` confines its own paths).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
 from mediator.errors import ContractError
 
 PART: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+# O_NONBLOCK: a FIFO planted in a record must not hang the thread that opens it.
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+# What opening a name with O_NOFOLLOW (and O_DIRECTORY) says when something other than a plain
+# file (folder) is there: a symlink, a file where a folder belongs, a socket.
+_NOT_PLAIN: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENXIO})
+STAGED: Final = ".staging-"
+_STAGED_NAME: Final = re.compile(r"\.staging-[0-9a-f]{16}")
 
 
 class UnsafePath(ContractError):
@@ -119,21 +136,7 @@ def write_exclusive(
     §12).
     """
     with _walk(root, parts[:-1]) as dir_fd:
-        check_part(parts[-1], "path")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        try:
-            fd = os.open(parts[-1], flags, mode, dir_fd=dir_fd)
-        except FileExistsError:
-            return False
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    return True
+        return write_new_at(dir_fd, check_part(parts[-1], "path"), data, mode=mode, sync=sync)
 
 
 def move_in(source: Path, root: Path, *parts: str) -> bool:
@@ -217,3 +220,184 @@ def files_under(folder: Path, *, links: bool = False) -> list[str]:
             if safe_part(name) and (stat.S_ISREG(mode) or (links and stat.S_ISLNK(mode))):
                 found.append(os.path.relpath(full, folder))
     return sorted(found)
+
+
+# ---- descriptor helpers: a folder reached once, its files handled relative to it (issue 13) ----
+
+
+def open_folder(
+    root: str | os.PathLike[str], *parts: str, create: bool = False, field: str = "path"
+) -> int:
+    """A descriptor of the folder ``root/parts…``, reached from ``root`` one part at a time
+    without following any symlink, each part made first if missing (with ``create``); the
+    caller closes it.
+
+    :class:`UnsafePath` (naming ``field``) for a part that is not a plain name, or that is there
+    as anything but a plain folder — a symlink, a file, a FIFO is refused, never followed. Only
+    plain names under an ``O_NOFOLLOW`` walk: nothing can lead outside ``root``, so no path is
+    resolved (what :func:`confined` checks is true by construction).
+    """
+    for part in parts:
+        check_part(part, field)
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts:
+            nxt = folder_at(fd, part, create=create)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def folder_at(dir_fd: int, name: str, *, create: bool = False) -> int:
+    """A descriptor of the folder ``name`` in ``dir_fd`` (made first if missing, with
+    ``create``); :class:`UnsafePath` if something other than a plain folder is there."""
+    check_part(name, "path")
+    if create:
+        # made already — or something else is there, which the open below refuses
+        with suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in _NOT_PLAIN:
+            raise UnsafePath("A record folder is not a plain folder.", field="path") from None
+        raise
+
+
+def _name(name: str) -> str:
+    """``name`` itself if it is a plain name or a staged file's (:func:`stage_at`): what the
+    ``*_at`` helpers accept, so no separator or ``..`` ever reaches an ``openat``."""
+    if PART.fullmatch(name) is None and _STAGED_NAME.fullmatch(name) is None:
+        raise UnsafePath("A record file name must be a plain name.", field="path")
+    return name
+
+
+def exists_at(dir_fd: int, name: str) -> bool:
+    """Whether anything — a symlink included, never followed — is called ``name`` in
+    ``dir_fd``."""
+    _name(name)
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_new_at(
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    sync: bool = True,
+    read_only: bool = False,
+) -> bool:
+    """Create ``name`` in ``dir_fd`` with ``data`` unless anything is called that already; True
+    if this call created it. ``O_EXCL`` never follows a symlink at ``name``. ``read_only``
+    makes it ``0444`` through the descriptor before the fsync, so the mode is as durable as the
+    bytes."""
+    try:
+        fd = os.open(_name(name), _NEW_FLAGS, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    try:
+        _write_all(fd, data)
+        if read_only:
+            os.fchmod(fd, 0o444)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def stage_at(dir_fd: int, data: bytes, *, read_only: bool = False) -> str:
+    """Write ``data`` to a new hidden file in ``dir_fd`` and fsync it; returns its name.
+
+    The name is ``.staging-`` and 16 random hex digits, created with ``O_EXCL``: no other
+    writer — thread or process — can have it, so concurrent stagers never touch each other's
+    files (issue 11 §7). Hidden names are not record files: :func:`files_under` leaves them
+    out and :func:`safe_part` refuses them, so nothing serves or verifies a staged file.
+    Publish it with :func:`link_at` or :func:`replace_at`; remove it with :func:`discard_at`.
+    """
+    while True:
+        name = STAGED + os.urandom(8).hex()
+        if write_new_at(dir_fd, name, data, read_only=read_only):
+            return name
+
+
+def link_at(dir_fd: int, staged: str, name: str) -> bool:
+    """Publish the staged file ``staged`` as ``name`` (both in ``dir_fd``) unless something is
+    called ``name`` already. True means ``name`` is now the staged file itself, for good.
+
+    A hard link never replaces its destination (``EEXIST``, a symlink there included), so of
+    concurrent publishers exactly one wins and nobody's file is swapped away afterwards: the
+    winner knows the bytes behind ``name`` without reading them back. On a file system without
+    hard links the staged file is renamed in when ``name`` is absent — a check-then-rename
+    another publisher may overtake — and False is returned, so the caller reads back what is
+    there.
+    """
+    try:
+        os.link(
+            _name(staged), _name(name), src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False
+        )
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if not exists_at(dir_fd, name):
+            os.replace(staged, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return False
+    return True
+
+
+def replace_at(dir_fd: int, staged: str, name: str) -> None:
+    """Rename the staged file over ``name`` (a repair: what is there is known bad). A rename
+    replaces the name itself and never follows a symlink at the destination."""
+    os.replace(_name(staged), _name(name), src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def discard_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` from ``dir_fd`` if it is still there (a staged file after publishing)."""
+    with suppress(FileNotFoundError):
+        os.unlink(_name(name), dir_fd=dir_fd)
+
+
+def read_at(dir_fd: int, name: str, *, freeze: bool = False) -> bytes | None:
+    """The bytes of the regular file ``name`` in ``dir_fd``; None if nothing is called that.
+
+    Anything else there — a symlink, a FIFO, a folder, a device — is :class:`UnsafePath`:
+    refused without following it and before anything is synced. ``freeze`` then makes the file
+    ``0444`` and fsyncs it through the same descriptor: what a seal does to a file it covers
+    but did not write itself.
+    """
+    try:
+        fd = os.open(_name(name), _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in _NOT_PLAIN:
+            raise UnsafePath(f"The record file {name} is not a plain file.", field="path") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePath(f"The record file {name} is not a plain file.", field="path")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        if freeze:
+            os.fchmod(fd, 0o444)
+            os.fsync(fd)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

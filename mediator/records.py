@@ -6,12 +6,17 @@ process and the record is always generated from the committed truth:
 * ``contract.json`` at open, by exclusive create (opening twice is a no-op);
 * at seal: ``events.jsonl`` and one ``steps/<seq>-<name>.log`` per step, then ``seal.json`` last,
   created exclusively with the sha256 of every other file. Whoever creates ``seal.json`` sealed the
-  run; everyone else finds it there and does nothing (I6). Sealed files are made read-only.
+  run; everyone else finds it there and does nothing (I6). A seal's files are read-only from the
+  moment it publishes them.
 
-Every path goes through :mod:`mediator.paths` (issue 11 §1): the run id must be a plain name, the
-folder must stay inside the root, and files are opened without following symlinks. Each seal
-stages its files in a folder of its own (``tempfile.mkdtemp``), so concurrent sealers — threads
-of one process included — never delete each other's files (issue 11 §7).
+Every path goes through :mod:`mediator.paths` (issue 11 §1): the run id must be a plain name,
+and the run's folder is reached from the root by a walk that follows no symlink; every file is
+then created, read, linked or renamed relative to that folder's descriptor (issue 13: no path is
+resolved per file). Each seal stages its files under hidden names of its own (``.staging-`` and
+random digits, created exclusively) beside where they belong and publishes each with a hard link,
+which never replaces: concurrent sealers — threads of one process included — never delete or mix
+each other's files (issue 11 §7), and a file a seal published itself is hashed from the bytes it
+wrote, not read back.
 """
 
 from __future__ import annotations
@@ -20,8 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,19 +50,110 @@ class Verification:
         return self.sealed and not (self.changed or self.missing or self.extra)
 
 
+# ---- the record's JSON: json.dumps's bytes, spelled out (issue 13) ------------------------------
+# ``json.dumps(indent=2)`` runs the pure-Python encoder (the C one takes no indent on 3.11), and
+# every ``json.dumps`` call with options builds a fresh encoder; together they were a fifth of a
+# seal. The two functions below give the same bytes for every value json.dumps accepts
+# (tests/unit/test_records_json.py checks that on generated documents) in a third of the time.
+
+_ESC = json.encoder.encode_basestring_ascii  # what json.dumps (ensure_ascii) quotes strings with
+
+
+def _float(o: float) -> str:
+    """json's float spelling (``allow_nan``)."""
+    if o != o:
+        return "NaN"
+    if o == float("inf"):
+        return "Infinity"
+    if o == -float("inf"):
+        return "-Infinity"
+    return float.__repr__(o)
+
+
+def _key(k: object) -> str:
+    """A dict key as json.dumps turns it into a string (before quoting it)."""
+    if isinstance(k, str):
+        return k
+    if isinstance(k, float):
+        return _float(k)
+    if k is True:
+        return "true"
+    if k is False:
+        return "false"
+    if k is None:
+        return "null"
+    if isinstance(k, int):
+        return int.__repr__(k)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {k.__class__.__name__}")
+
+
+def _pretty(o: Any, out: list[str], nl: str) -> None:
+    """Append ``o`` as ``json.dumps(o, indent=2, sort_keys=True, default=str)`` spells it,
+    ``nl`` being the newline and indent of the line ``o`` starts on. A document that contains
+    itself fails (RecursionError where json.dumps says ValueError): no record has one."""
+    if isinstance(o, str):
+        out.append(_ESC(o))
+    elif o is None:
+        out.append("null")
+    elif o is True:
+        out.append("true")
+    elif o is False:
+        out.append("false")
+    elif isinstance(o, int):
+        out.append(int.__repr__(o))
+    elif isinstance(o, float):
+        out.append(_float(o))
+    elif isinstance(o, (list, tuple)):
+        if not o:
+            out.append("[]")
+            return
+        inner = nl + "  "
+        sep = "[" + inner
+        for v in o:
+            out.append(sep)
+            sep = "," + inner
+            _pretty(v, out, inner)
+        out.append(nl + "]")
+    elif isinstance(o, dict):
+        if not o:
+            out.append("{}")
+            return
+        inner = nl + "  "
+        sep = "{" + inner
+        for k, v in sorted(o.items()):
+            out.append(sep + _ESC(_key(k)) + ": ")
+            sep = "," + inner
+            _pretty(v, out, inner)
+        out.append(nl + "}")
+    else:
+        _pretty(str(o), out, nl)  # default=str
+
+
 def _dumps(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode()
+    """``(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\\n").encode()``."""
+    out: list[str] = []
+    _pretty(obj, out, "\n")
+    out.append("\n")
+    return "".join(out).encode()
+
+
+def _jsonl(items: Iterable[Any]) -> bytes:
+    """``json.dumps(item, sort_keys=True, default=str) + "\\n"`` for each item, joined: with
+    the one C encoder json.dumps would build per item, built once per call (its own circle
+    markers, so threads never share them)."""
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:  # a Python without the _json accelerator
+        return b"".join((json.dumps(i, sort_keys=True, default=str) + "\n").encode() for i in items)
+    encode = make({}, str, _ESC, None, ": ", ", ", True, False, True)
+    return "".join(["".join(encode(i, 0)) + "\n" for i in items]).encode()
 
 
 def _parts(name: str) -> tuple[str, ...]:
     return tuple(name.split("/"))
 
 
-def _is_json(data: bytes | None) -> bool:
-    """Whether a record file holds a whole JSON document (a crash can leave it empty or cut);
-    None — absent or not a plain file — is left for the seal's own checks to refuse."""
-    if data is None:
-        return True
+def _is_json(data: bytes) -> bool:
+    """Whether a record file holds a whole JSON document (a crash can leave it empty or cut)."""
     try:
         json.loads(data)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
@@ -67,16 +161,8 @@ def _is_json(data: bytes | None) -> bool:
     return True
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    """Write a staged file (in a folder of our own, ``mkdtemp``) and fsync it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class Records:
@@ -85,6 +171,7 @@ class Records:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         Path(root).mkdir(parents=True, exist_ok=True)
         self.root = Path(root).resolve()
+        self._root = str(self.root)  # what os.open takes without converting a Path each time
 
     def dir(self, run_id: str) -> Path:
         """The run's folder; :class:`UnsafePath` (400) for an id that is not a plain name."""
@@ -98,8 +185,13 @@ class Records:
         seal checks this file, repairs it from the database's contract if a crash left it torn,
         and syncs it with the rest (docs/design.md §12).
         """
-        paths.make_dir(self.root, run_id)
-        paths.write_exclusive(self.root, run_id, "contract.json", data=_dumps(contract), sync=False)
+        paths.check_part(run_id, "run_id")
+        data = _dumps(contract)
+        run = paths.open_folder(self._root, run_id, create=True)
+        try:
+            paths.write_new_at(run, "contract.json", data, sync=False)
+        finally:
+            os.close(run)
 
     def is_sealed(self, run_id: str) -> bool:
         return os.path.lexists(self.dir(run_id) / SEAL)
@@ -116,73 +208,99 @@ class Records:
         step_logs: Iterable[tuple[int, str, str]],
     ) -> bool:
         """Seal the record; False (and nothing written) if it was sealed already (I6)."""
-        d = self.dir(run_id)
-        if os.path.lexists(d / SEAL):
-            return False
-        paths.make_dir(self.root, run_id, "steps")
-        # A cancel right after submit may seal before open wrote the contract; and open does not
-        # fsync, so a crash may have left the file empty or torn: repair it from the database.
-        wanted = _dumps(contract)
-        created = paths.write_exclusive(self.root, run_id, "contract.json", data=wanted)
-        if not created and not _is_json(paths.read_bytes(self.root, run_id, "contract.json")):
-            self._repair(run_id, "contract.json", wanted)
-        files: dict[str, bytes] = {
-            "events.jsonl": b"".join(
-                (json.dumps(e, sort_keys=True, default=str) + "\n").encode() for e in events
-            )
-        }
+        paths.check_part(run_id, "run_id")
+        run = paths.open_folder(self._root, run_id, create=True)
+        try:
+            if paths.exists_at(run, SEAL):
+                return False
+            steps = paths.folder_at(run, "steps", create=True)
+            try:
+                head = {"run_id": run_id, "state": state, "verdict": verdict, "ended_at": ended_at}
+                return self._seal(run, steps, head, contract, events, step_logs)
+            finally:
+                os.close(steps)
+        finally:
+            os.close(run)
+
+    def _seal(
+        self,
+        run: int,
+        steps: int,
+        head: dict[str, Any],
+        contract: Mapping[str, Any],
+        events: Iterable[Mapping[str, Any]],
+        step_logs: Iterable[tuple[int, str, str]],
+    ) -> bool:
+        """:meth:`seal` inside the run's folder ``run`` and its ``steps`` folder (descriptors)."""
+        digests: dict[str, str] = {}
+        files: dict[str, bytes] = {}
+        have = self._contract(run, contract)
+        if have is None:  # a cancel right after submit may seal before open wrote it
+            files["contract.json"] = _dumps(contract)
+        else:
+            digests["contract.json"] = _digest(have)
+        files["events.jsonl"] = _jsonl(events)
         for seq, name, text in step_logs:
             safe = _SAFE.sub("_", name)
             files[f"steps/{seq:04d}-{safe}.log"] = text.encode("utf-8", "replace")
-        # Staged in a folder no other sealer can have (issue 11 §7): a concurrent sealer's
-        # files never mix with ours, and whoever creates seal.json first is the one that counts.
-        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=d))
+        # Each file is staged whole, synced and read-only under a name no other sealer can have,
+        # then published by a hard link (issue 11 §7). The first link wins and is never
+        # replaced: every sealer ends up covering the same files.
+        staged: list[tuple[int, str, str]] = []  # (folder, staged name, record file name)
         try:
-            (staging / "steps").mkdir()
-            for name, content in files.items():
-                _write_synced(staging / name, content)
-            if os.path.lexists(d / SEAL):
+            for rel, data in files.items():
+                folder = steps if rel.startswith("steps/") else run
+                staged.append((folder, paths.stage_at(folder, data, read_only=True), rel))
+            if paths.exists_at(run, SEAL):
                 return False
-            for name in files:
-                paths.move_in(staging / name, self.root, run_id, *_parts(name))
+            for folder, stage, rel in staged:
+                name = rel.rpartition("/")[2]
+                if paths.link_at(folder, stage, name):
+                    # The name is our synced file for good (a link never replaces, and nothing
+                    # writes into a published file): its bytes are the ones we wrote.
+                    digests[rel] = _digest(files[rel])
+                    continue
+                # Someone published it first — a concurrent sealer, an earlier attempt that
+                # failed before seal.json, or (contract.json) an open racing this seal: cover
+                # what is there, checked, read-only and synced like any file we did not write.
+                there = (
+                    self._contract(run, contract)
+                    if rel == "contract.json"
+                    else paths.read_at(folder, name, freeze=True)
+                )
+                if there is None:
+                    raise UnsafePath(f"The record file {rel} vanished while sealing.")
+                digests[rel] = _digest(there)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        names = ["contract.json", *files]
-        digests = {}
-        for n in sorted(names):
-            data = paths.read_bytes(self.root, run_id, *_parts(n))
-            if data is None:
-                raise UnsafePath(f"Record file {n} of run {run_id} is not a plain file.")
-            digests[n] = hashlib.sha256(data).hexdigest()
-        # Durable before seal.json claims it (docs/design.md §12): every file's bytes and the
-        # folders' entries reach the disk first, so a crash never leaves a seal over files
-        # that are empty or missing.
-        paths.sync(self.root, run_id, "contract.json")
-        paths.sync(self.root, run_id, "steps")
-        paths.sync(self.root, run_id)
-        seal = {
-            "run_id": run_id,
-            "state": state,
-            "verdict": verdict,
-            "ended_at": ended_at,
-            "sha256": digests,
-        }
-        if not paths.write_exclusive(self.root, run_id, SEAL, data=_dumps(seal)):
+            for folder, stage, _ in staged:
+                paths.discard_at(folder, stage)
+        # Durable before seal.json claims it (docs/design.md §12): every file's bytes were
+        # synced as it was written (or read, above); now the folders' entries, so a crash never
+        # leaves a seal over files that are empty or missing.
+        os.fsync(steps)
+        os.fsync(run)
+        seal = {**head, "sha256": dict(sorted(digests.items()))}
+        if not paths.write_new_at(run, SEAL, _dumps(seal), read_only=True):
             return False
-        paths.sync(self.root, run_id)
-        for n in [*names, SEAL]:
-            paths.make_read_only(self.root, run_id, *_parts(n))
+        os.fsync(run)
         return True
 
-    def _repair(self, run_id: str, name: str, data: bytes) -> None:
-        """Replace a record file a crash left torn, before any seal covers it."""
-        d = self.dir(run_id)
-        staging = Path(tempfile.mkdtemp(prefix=".repair-", dir=d))
+    def _contract(self, run: int, contract: Mapping[str, Any]) -> bytes | None:
+        """``contract.json`` as a seal covers it, read-only and synced; None if absent.
+
+        Open does not fsync, so a crash may have left the file empty or cut short: it is then
+        replaced by the database's ``contract`` before any seal covers it, and read again.
+        Anything but a plain file there is refused (:class:`UnsafePath`).
+        """
+        data = paths.read_at(run, "contract.json", freeze=True)
+        if data is None or _is_json(data):
+            return data
+        stage = paths.stage_at(run, _dumps(contract), read_only=True)
         try:
-            _write_synced(staging / "file", data)
-            paths.replace_file(staging / "file", self.root, run_id, *_parts(name))
+            paths.replace_at(run, stage, "contract.json")
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            paths.discard_at(run, stage)
+        return paths.read_at(run, "contract.json", freeze=True)
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """``seal.json`` once sealed, else the list of files so far; None if no record."""

@@ -44,9 +44,17 @@ class VirtualClock:
 
     def __init__(self) -> None:
         self.now_us = 0
+        self._at: tuple[int, datetime] = (0, EPOCH)  # the last instant asked for, built once
 
     def __call__(self) -> datetime:
-        return EPOCH + timedelta(microseconds=self.now_us)
+        # Every statement carries the clock's instant, several per simulated event: build the
+        # datetime once per instant (issue 13).
+        us, at = self._at
+        if us != self.now_us:
+            us = self.now_us
+            at = EPOCH + timedelta(microseconds=us)
+            self._at = (us, at)
+        return at
 
 
 @dataclass

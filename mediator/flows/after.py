@@ -21,12 +21,15 @@ from mediator.errors import StoreUnavailable
 from mediator.flows.wake import Wake
 from mediator.rows import Ask, SealSource
 from mediator.states import RunState
+from mediator.store.db import SweepHead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
     from mediator.flows.sweep import WakeReport
 
 log = logging.getLogger("mediator")
+
+HEAD_PAGE = 64  # the queue's head a sweep reads first (mediator.flows.sweep pages on past it)
 
 
 @dataclass
@@ -63,36 +66,39 @@ class AfterCommit:
         record is logged, counted and retried by the reaper, issue 11 §5–6), so neither the
         committed answer nor the wake ever depends on the records folder.
 
-        A seal's last statement reads, after the commit, whether any run is QUEUED (issue 13):
-        when none is, the wake that follows knows the queue is empty and costs no statement (its
-        sweep returns at once). A run queued after that read is its submitter's to sweep: R17's
-        guard runs after that submit's commit and sees every release committed before this
-        read."""
-        queued: bool | None = None  # unknown: no seal read it
+        When a wake follows, a seal's last round trip — marking the record sealed, after the
+        commit — also carries the sweep's first read (the waiting classes, the fleet, the queue's
+        head; issue 13), so the wake sends no statement of its own to begin: none at all when
+        nothing is QUEUED. A run queued after that read is its submitter's to sweep: R17's guard
+        runs after that submit's commit and sees every release committed before this read."""
+        head: SweepHead | None = None  # the sweep's first read, when a seal did it
         for c in changes:
             if c.settled:
-                seen = self._seal_reading_queue(c.run_id, c.source)
-                queued = seen if seen is not None else queued
+                seen = self._seal_reading_head(c.run_id, c.source, wake is not None)
+                head = seen if seen is not None else head
             if c.asks:
                 self.push_asks(c.asks)
         if wake is not None:
-            return self.wake_safely(wake, queued=queued)
+            return self.wake_safely(wake, head=head)
         return None
 
-    def queue_known_empty(self) -> bool:
-        """True inside a wake whose caller has just read, after its commit, that no run is
-        QUEUED: the sweep then has nothing to examine (issue 13)."""
-        return bool(getattr(self._local, "empty", False))
+    def take_head(self) -> SweepHead | None:
+        """Inside a wake: the sweep's first read if the caller's seal already did it, after
+        its commit (issue 13); once — a sweep nested in this one reads for itself."""
+        head: SweepHead | None = getattr(self._local, "head", None)
+        self._local.head = None
+        return head
 
     # ---- wake ------------------------------------------------------------------------------------
-    def wake_safely(self, why: Wake, *, queued: bool | None = None) -> WakeReport | None:
+    def wake_safely(self, why: Wake, *, head: SweepHead | None = None) -> WakeReport | None:
         """R16: a failing wake never changes the triggering call's result; it is logged.
 
         Wake 5: a sweep that failed because the database could not be reached is not left to
         some later event (steady heartbeats never sweep, R14): the store's reconnect watcher
-        sweeps as soon as the database answers again. ``queued=False``: the caller read after
-        its commit that no run is QUEUED, so the wake happens (observers see it) at no cost."""
-        self._local.empty = queued is False
+        sweeps as soon as the database answers again. ``head``: the sweep's first read, done
+        by the caller after its commit; with no class waiting the wake happens (observers see
+        it) at no cost."""
+        self._local.head = head
         try:
             return self._wake()
         except StoreUnavailable:
@@ -106,7 +112,7 @@ class AfterCommit:
             log.exception("wake after %s failed; the next event will sweep again", why)
             return None
         finally:
-            self._local.empty = False
+            self._local.head = None
 
     # ---- asks ------------------------------------------------------------------------------------
     def push_asks(self, asks: list[Any]) -> None:
@@ -176,9 +182,11 @@ class AfterCommit:
         """
         return self._seal(run_id)[0]
 
-    def _seal(self, run_id: str, src: SealSource | None = None) -> tuple[bool, bool | None]:
-        """:meth:`seal` from ``src`` (None: read it), and whether any run was QUEUED when the
-        record was marked sealed (None: not read)."""
+    def _seal(
+        self, run_id: str, src: SealSource | None = None, then_head: bool = False
+    ) -> tuple[bool, SweepHead | None]:
+        """:meth:`seal` from ``src`` (None: read it); with ``then_head``, the sweep's first
+        read made with the sealed mark, in its round trip (None: not read)."""
         if src is None:
             with self.ctx.store.autocommit() as tx:
                 src = tx.seal_source(run_id)
@@ -193,9 +201,11 @@ class AfterCommit:
             events=src.events,
             step_logs=[(seq, name, log) for seq, name, log in src.logs],
         )
-        with self.ctx.store.autocommit() as tx:  # one statement: atomic on its own
-            queued = tx.mark_sealed(run_id)
-        return sealed, queued
+        with self.ctx.store.autocommit() as tx:  # one round trip, atomic on its own
+            if then_head:
+                return sealed, tx.sweep_head(HEAD_PAGE, sealed=run_id)
+            tx.mark_sealed(run_id)
+        return sealed, None
 
     def seal_safely(self, run_id: str) -> bool:
         """Seal after a commit, isolated: a failing record is logged and counted, stays
@@ -203,13 +213,18 @@ class AfterCommit:
         pass; it never stops other seals or the wake that follows (issue 11 §6)."""
         return self._seal_safely(run_id)[0]
 
-    def _seal_reading_queue(self, run_id: str, src: SealSource | None) -> bool | None:
-        """:meth:`seal_safely`; whether any run is QUEUED (None: unknown, the seal failed)."""
-        return self._seal_safely(run_id, src)[1]
+    def _seal_reading_head(
+        self, run_id: str, src: SealSource | None, then_head: bool
+    ) -> SweepHead | None:
+        """:meth:`seal_safely`; with ``then_head`` the sweep's first read (None: not read, or
+        the seal failed)."""
+        return self._seal_safely(run_id, src, then_head)[1]
 
-    def _seal_safely(self, run_id: str, src: SealSource | None = None) -> tuple[bool, bool | None]:
+    def _seal_safely(
+        self, run_id: str, src: SealSource | None = None, then_head: bool = False
+    ) -> tuple[bool, SweepHead | None]:
         try:
-            return self._seal(run_id, src)
+            return self._seal(run_id, src, then_head)
         except StoreUnavailable:
             return False, None  # the database is gone: the next pass finds it unsealed
         except Exception:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from mediator.clock import Clock, wall_clock
 from mediator.config import Config
 from mediator.flows.after import AfterCommit
+from mediator.flows.claimed import ClaimedRuns
 from mediator.match import Advert
 from mediator.records import Records
 from mediator.rows import FleetNode
@@ -56,6 +57,8 @@ class Context:
         # `mediator serve --workers N` sees every process's (mediator/api/metrics.py).
         self.count_observers: list[Callable[[str], None]] = []
         self.lock = threading.Lock()
+        # What each claim left, for the result that follows (issue 13): one read less.
+        self.claimed = ClaimedRuns()
         # Seal what settled, PushAsks, wake: the one after-commit path of every flow.
         self.after = AfterCommit(self, wake)
 

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
-from mediator.errors import Conflict, ContractError, Forbidden, NotFound, StoreUnavailable
+from mediator.errors import (
+    Conflict,
+    ContractError,
+    Forbidden,
+    MediatorError,
+    NotFound,
+    StoreUnavailable,
+)
 from mediator.flows.after import Change
 from mediator.flows.wake import Wake
 from mediator.progress import Decision, decide_result, end_early
@@ -161,9 +168,10 @@ def claim(ctx: Context, run_id: str, seq: int, node_id: str, instance: str | Non
     # concurrent change between the two statements) tries the claim again.
     for _ in range(3):
         with ctx.store.autocommit() as tx:
-            claimed = tx.claim_step(run_id, seq, node_id, instance)
-            if claimed is not None:
-                return claimed
+            src = tx.claim_step(run_id, seq, node_id, instance)
+            if src is not None:
+                ctx.claimed.keep(node_id, seq, src)  # the result's read, done (issue 13)
+                return next(s for s in src.steps if s.seq == seq)
             why = tx.claim_refusal(run_id, seq, node_id)
         refuse_claim(run_id, seq, node_id, instance, why)
     raise Conflict(f"Step {seq} of run {run_id} cannot be claimed now.", code="not_claimable")
@@ -219,6 +227,19 @@ def _apply_result(
     ``_OPTIMISTIC`` lost races the read is taken under the run row's lock (docs/design.md §9), so
     a result always completes. Returns the decision, what was applied, and whether the run had
     ended (a late result)."""
+    kept = ctx.claimed.take(run_id, seq, node_id, attempt)
+    if kept is not None:
+        # The claim's snapshot (issue 13): a write decided from it is guarded like any other.
+        # Only a write is taken from it; a refusal, a no-op or a lost race reads afresh.
+        try:
+            decision, ended = _decide(ctx, kept, run_id, seq, node_id, attempt, outcome, instance)
+        except MediatorError:
+            decision = Decision()
+        if decision != Decision():
+            with ctx.store.autocommit() as tx:
+                applied = tx.apply_result(kept, node_id, decision, log)
+            if applied.matched:
+                return decision, applied, ended
     for i in range(_TRIES):
         locked = i >= _OPTIMISTIC
         with ctx.store.tx() if locked else ctx.store.autocommit() as tx:
@@ -285,8 +306,9 @@ def report(
     instance: str | None = None,
 ) -> ReportResult:
     """A step's result (docs/design.md §9); wakes the queue after commit (wake 1) unless it
-    was a ``retry`` rollback (R15). Two statements when nothing races it (issue 13), plus the
-    seal's two when it settles the run.
+    was a ``retry`` rollback (R15). One statement when this process saw the step's claim and
+    nothing raced it since (the claim's snapshot, :mod:`mediator.flows.claimed`), two otherwise
+    (issue 13), plus the seal's when it settles the run.
 
     Raises:
         ContractError: a malformed outcome, attempt or log (400).

@@ -1,4 +1,4 @@
-"""Submit: GetRun first (R3), parse, match, then one of three create paths (docs/design.md §5).
+"""Submit: the existing run first (R3), parse, match, one of three create paths (design.md §5).
 
 A run that can start now is created RUNNING with its leases (CreateRun, :func:`create_run`); one
 that has no room now is created QUEUED holding nothing (R1, R2, R4, :func:`create_queued_run`)
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mediator import contract as contract_mod
-from mediator.errors import NodeTaken
+from mediator.errors import ContractError, NodeTaken
 from mediator.flows import reads
 from mediator.flows.after import Change
 from mediator.flows.context import view
@@ -75,20 +75,33 @@ def submit(
     Raises:
         ContractError: the contract is malformed (400); nothing is written.
     """
-    # R3, NFR-I7: GetRun is at the head of submit, before anything else is checked.
+    # R3, NFR-I7: an existing run_id is answered with its run before anything else counts —
+    # its contract's checks included. The existence check rides on the fleet read (one read per
+    # submit, issue 13); parsing writes and reads nothing, so parsing first changes no answer:
+    # a contract that does not parse is answered by the existing run all the same.
     given = contract.get("run_id") if isinstance(contract, dict) else None
-    if isinstance(given, str) and contract_mod.valid_run_id(given):
-        existing = reads.read_run(ctx, given)
+    if not (isinstance(given, str) and contract_mod.valid_run_id(given)):
+        given = None
+    try:
+        parsed = contract_mod.parse(contract)  # R5: structure checked synchronously
+    except ContractError:
+        existing = reads.read_run(ctx, given) if given is not None else None
         if existing is not None:
             return Submission(200, existing)
-    parsed = contract_mod.parse(contract)  # R5: structure checked synchronously
+        raise
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    with ctx.store.autocommit() as tx:
+        exists, fleet = tx.submit_read(needs, given)  # only nodes that might serve it
+    if exists:
+        assert given is not None
+        existing = reads.read_run(ctx, given)
+        if existing is not None:
+            return Submission(200, existing)
 
     if dry_run:
-        with ctx.store.autocommit() as tx:
-            adverts, busy, _ = view(tx.fleet_for(needs))
+        adverts, busy, _ = view(fleet)
         # NFR-I6: unavailable = busy only, so the answer does not change when nodes drain.
         dry = match(needs, adverts, busy, max_width)
         if isinstance(dry, Assignment):
@@ -103,8 +116,6 @@ def submit(
     submitter = principal or ""
 
     new = _NewRun(run_id, parsed, doc, needs, key, submitter)
-    with ctx.store.autocommit() as tx:
-        fleet = tx.fleet_for(needs)  # only nodes that might serve it: flat in fleet size
     if ctx.after_fleet_read is not None:
         ctx.after_fleet_read(run_id)
     adverts, busy, draining = view(fleet)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mediator.errors import ConfigError, NodeTaken, StoreUnavailable
-from mediator.flows.after import Change
+from mediator.flows.after import HEAD_PAGE, Change
 from mediator.flows.context import view
 from mediator.flows.submit import lease_rows, run_acquires
 from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, AdvertIndex, Assignment, Reject, match
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mediator")
 
 _CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
-_PAGE = 64
+_PAGE = HEAD_PAGE
 
 
 @dataclass
@@ -74,10 +74,11 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
             field="lease_ttl_seconds",
         )
     report = WakeReport()
-    if ctx.after.queue_known_empty():
-        return report  # issue 13: the caller read after its commit that nothing is QUEUED
-    with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
-        classes, fleet, head = tx.sweep_head(_PAGE)
+    first = ctx.after.take_head()  # issue 13: the caller's seal read it, after its commit
+    if first is None:
+        with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
+            first = tx.sweep_head(_PAGE)
+    classes, fleet, head = first
     if not classes:
         return report  # R13's cost argument: an empty queue costs one query
     report.classes = len(classes)

@@ -12,7 +12,9 @@ own (issue 13). Only ``read_only`` analytics still set ``mediator.now`` for hand
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 import weakref
@@ -21,10 +23,11 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import orjson
 import psycopg
 import psycopg.errors
-from psycopg.rows import class_row, dict_row
-from psycopg.types.json import Jsonb
+from psycopg.rows import class_row, dict_row, tuple_row
+from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
@@ -68,6 +71,32 @@ SCHEMA_VERSION = 5
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
+
+
+# jsonb in and out with orjson (issue 13: a simulated run loads some 30 jsonb values; orjson is
+# several times json's speed, bench/bench_json.py) — but only where it means the same. orjson reads
+# an integer beyond 64 bits as a rounded float and writes no integer beyond 64 bits; jsonb keeps
+# them exact, so text with a run of 19 digits is read by json, and a value orjson refuses is
+# written by json. Everything else reaching jsonb was checked by the contract parser (no NaN,
+# no set, no NUL: docs/security.md), where the two agree.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # json's own error (or its answer) then
+    return json.loads(raw)
+
+
+def _json_dumps(obj: Any) -> bytes | str:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # JSONEncodeError too: an integer beyond 64 bits, a key that is no str
+        return json.dumps(obj)
 
 
 def _map_error(exc: psycopg.Error) -> MediatorError:
@@ -115,6 +144,43 @@ def _split(row: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k[n:]: v for k, v in row.items() if k.startswith(prefix)}
 
 
+def _result_source(run_id: str, rows: list[dict[str, Any]]) -> ResultSource | None:
+    """``result_source``'s rows (one per step; run, node and leases on each) as one object."""
+    if not rows:
+        return None
+    first = rows[0]
+    head = {k: v for k, v in first.items() if not k.startswith(("s_", "n_"))}
+    version, leases = head.pop("version"), head.pop("leases")
+    steps = tuple(Step(run_id=run_id, **_split(r, "s_")) for r in rows if r["s_seq"] is not None)
+    node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
+    return ResultSource(
+        run=Run(**head, steps=steps),
+        version=int(version),
+        steps=steps,
+        node=node,
+        leases=tuple(RunLease(**x) for x in leases),
+    )
+
+
+SweepHead = tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]
+
+
+def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
+    """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
+    classes, fleet, head = [], [], []
+    for r in rows:
+        if r["part"] == "class":
+            classes.append(NeedsClass(r["needs_key"], r["needs"]))
+        elif r["part"] == "node":
+            fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
+                                   r["drain"], r["busy"]))  # fmt: skip
+        else:
+            head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
+    fleet.sort(key=lambda n: n.node_id)
+    head.sort(key=lambda q: (q.created_at, q.run_id))
+    return classes, fleet, head
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -160,7 +226,15 @@ class Tx:
 
     def fleet_for(self, roles: dict[str, dict[str, Any]]) -> list[FleetNode]:
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
-        return self._rows("fleet_for", {"roles": Jsonb(roles)}, row=class_row(FleetNode))
+        return self.submit_read(roles, None)[1]
+
+    def submit_read(
+        self, roles: dict[str, dict[str, Any]], run_id: str | None
+    ) -> tuple[bool, list[FleetNode]]:
+        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
+        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple_row)
+        fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
+        return bool(rows and rows[0][0]), fleet
 
     def live_adverts(self) -> list[LiveAdvert]:
         return self._rows("live_adverts", row=class_row(LiveAdvert))
@@ -191,21 +265,12 @@ class Tx:
     def list_queued(self) -> list[QueuedRun]:
         return self._rows("list_queued", row=class_row(QueuedRun))
 
-    def sweep_head(self, limit: int) -> tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]:
+    def sweep_head(self, limit: int, sealed: str | None = None) -> SweepHead:
         """The waiting needs classes, the live fleet (node_id order) and the first ``limit``
-        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued."""
-        classes, fleet, head = [], [], []
-        for r in self._rows("sweep_head", {"limit": limit}):
-            if r["part"] == "class":
-                classes.append(NeedsClass(r["needs_key"], r["needs"]))
-            elif r["part"] == "node":
-                fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
-                                       r["drain"], r["busy"]))  # fmt: skip
-            else:
-                head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
-        fleet.sort(key=lambda n: n.node_id)
-        head.sort(key=lambda q: (q.created_at, q.run_id))
-        return classes, fleet, head
+        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued.
+        With ``sealed``, the same statement first marks that run's record sealed (what
+        :meth:`mark_sealed` does, for a seal whose wake follows)."""
+        return _sweep_head(self._rows("sweep_head", {"limit": limit, "sealed": sealed}))
 
     def queued_page(
         self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int
@@ -337,10 +402,13 @@ class Tx:
         self._exec("outage_shift_leases", params)
 
     # ---- lifecycle writes ----------------------------------------------------------------------
-    def claim_step(self, run_id: str, seq: int, node_id: str, instance: str | None) -> Step | None:
-        """The guarded claim and its event in one statement; None when a condition failed."""
+    def claim_step(
+        self, run_id: str, seq: int, node_id: str, instance: str | None
+    ) -> ResultSource | None:
+        """The guarded claim and its event in one statement; None when a condition failed.
+        Else the run as the claim left it, in :meth:`result_source`'s shape (issue 13)."""
         params = {"run_id": run_id, "seq": seq, "node_id": node_id, "instance": instance}
-        return self._one("claim_step", params, row=class_row(Step))  # type: ignore[no-any-return]
+        return _result_source(run_id, self._rows("claim_step", params))
 
     def claim_refusal(self, run_id: str, seq: int, node_id: str) -> ClaimRefusal | None:
         params = {"run_id": run_id, "seq": seq, "node_id": node_id}
@@ -349,22 +417,8 @@ class Tx:
     def result_source(self, run_id: str, node_id: str) -> ResultSource | None:
         """The run, its version, steps, the node's row and the run's leases, in one unlocked
         read (issue 13); None: no such run."""
-        rows = self._rows("result_source", {"run_id": run_id, "node_id": node_id})
-        if not rows:
-            return None
-        first = rows[0]
-        head = {k: v for k, v in first.items() if not k.startswith(("s_", "n_"))}
-        version, leases = head.pop("version"), head.pop("leases")
-        steps = tuple(
-            Step(run_id=run_id, **_split(r, "s_")) for r in rows if r["s_seq"] is not None
-        )
-        node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
-        return ResultSource(
-            run=Run(**head, steps=steps),
-            version=int(version),
-            steps=steps,
-            node=node,
-            leases=tuple(RunLease(**x) for x in leases),
+        return _result_source(
+            run_id, self._rows("result_source", {"run_id": run_id, "node_id": node_id})
         )
 
     def apply_result(
@@ -714,6 +768,8 @@ class Store:
         return self._watcher is not None
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        set_json_loads(_json_loads, conn)
+        set_json_dumps(_json_dumps, conn)
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
         # Timestamps leave the database as UTC whatever the server's zone (records, /v1/events).
         conn.execute("SET TIME ZONE 'UTC'")

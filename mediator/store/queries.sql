@@ -19,20 +19,27 @@ SELECT mediator_now(%(now)s) AS observed_at
 -- re-checks truthiness), so the answer is the matcher's own, but a submit no longer reads and
 -- decodes every node of a large fleet. JSON types are kept: jsonb equality keeps booleans apart
 -- from numbers and compares numbers numerically, as the matcher does (docs/design.md §4).
-SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
-FROM nodes n
-LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s)
-  AND EXISTS (
-      SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
-      WHERE NOT EXISTS (
-          SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
-          WHERE NOT coalesce(
-              CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
-                   ELSE n.capabilities -> q.k = q.v
-                        OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
-                            AND n.capabilities -> q.k @> jsonb_build_array(q.v))
-              END, false)))
+-- With the submit's run_id it also says whether that run exists (R3: the submit then answers
+-- the existing run), so a submit reads once (issue 13): always one row at least, its node
+-- columns NULL when no live node might serve.
+SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy
+FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing) e
+LEFT JOIN LATERAL (
+    SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
+    FROM nodes n
+    LEFT JOIN leases l ON l.node_id = n.node_id
+    WHERE n.expires_at > mediator_now(%(now)s)
+      AND EXISTS (
+          SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
+          WHERE NOT EXISTS (
+              SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
+              WHERE NOT coalesce(
+                  CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
+                       ELSE n.capabilities -> q.k = q.v
+                            OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
+                                AND n.capabilities -> q.k @> jsonb_build_array(q.v))
+                  END, false)))
+) n ON true
 ORDER BY n.node_id
 
 -- live_adverts --
@@ -331,10 +338,14 @@ ORDER BY s.seq
 -- of docs/design.md §9: a cancel or reaper holds it, so they serialise with the claim, and a
 -- result read before the claim decides again, issue 13); the step row is locked by the UPDATE
 -- itself. No row back: claim_refusal says why, read only then.
+-- The rows are result_source's, as the claim leaves the run (the claimed step from its UPDATE,
+-- the others as read, the run's new version): the result that follows may decide from them
+-- instead of reading again, its write guarded by that version like any result (issue 13).
 WITH run AS (
     UPDATE runs SET version = version + 1
     WHERE run_id = %(run_id)s AND state = 'RUNNING'
-    RETURNING run_id
+    RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
+              started_at, ended_at, sealed, version
 ), node AS (
     SELECT coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '') AS instance,
            coalesce((SELECT drain FROM nodes WHERE node_id = %(node_id)s), '') AS drain
@@ -351,15 +362,36 @@ WITH run AS (
           SELECT 1 FROM steps d
           WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
             AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
-    RETURNING s.run_id, s.seq, s.name, s.kind, s.role, s.uses, s."with" AS with_, s.after, s.ask,
-              s.state, s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+    RETURNING s.seq, s.name, s.kind, s.role, s.uses, s."with", s.after, s.ask, s.state,
+              s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
 ), ev AS (
     INSERT INTO events (at, run_id, node_id, kind, data)
-    SELECT mediator_now(%(now)s), run_id, %(node_id)s, 'claimed',
+    SELECT mediator_now(%(now)s), %(run_id)s, %(node_id)s, 'claimed',
            jsonb_build_object('seq', seq, 'attempt', attempt)
     FROM claimed
+), src AS (
+    SELECT * FROM claimed
+    UNION ALL
+    SELECT s.seq, s.name, s.kind, s.role, s.uses, s."with", s.after, s.ask, s.state,
+           s.node_id, s.instance, s.attempt, s.chosen, s.started_at, s.ended_at
+    FROM steps s, claimed c WHERE s.run_id = %(run_id)s AND s.seq <> c.seq
 )
-SELECT * FROM claimed
+SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter, r.created_at,
+       r.started_at, r.ended_at, r.sealed, r.version,
+       x.seq AS s_seq, x.name AS s_name, x.kind AS s_kind, x.role AS s_role, x.uses AS s_uses,
+       x."with" AS s_with_, x.after AS s_after, x.ask AS s_ask, x.state AS s_state,
+       x.node_id AS s_node_id, x.instance AS s_instance, x.attempt AS s_attempt,
+       x.chosen AS s_chosen, x.started_at AS s_started_at, x.ended_at AS s_ended_at,
+       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
+       n.expires_at > mediator_now(%(now)s) AS n_live,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'node_id', l.node_id, 'instance', l.instance,
+                        'drain', coalesce(ln.drain, '')) ORDER BY l.node_id)
+                 FROM leases l LEFT JOIN nodes ln ON ln.node_id = l.node_id
+                 WHERE l.run_id = %(run_id)s), '[]'::jsonb) AS leases
+FROM run r CROSS JOIN src x
+LEFT JOIN nodes n ON n.node_id = %(node_id)s
+ORDER BY x.seq
 
 -- claim_refusal --
 -- Why a claim matched nothing (read only then): the run, the step, the node and whether every
@@ -594,7 +626,8 @@ WITH g AS (
         log      = s.log || %(log)s::text,
         ended_at = CASE WHEN %(step_ends)s::boolean THEN mediator_now(%(now)s) ELSE s.ended_at END
     FROM g
-    WHERE s.run_id = g.run_id AND s.seq = %(seq)s::integer AND s.state = ANY(%(step_from)s::text[])
+    WHERE s.run_id = %(run_id)s AND s.seq = %(seq)s::integer AND s.run_id = g.run_id
+      AND s.state = ANY(%(step_from)s::text[])
     RETURNING s.seq, s.log
 ), sk AS (
     UPDATE steps s SET state = %(skip_to)s::text, ended_at = mediator_now(%(now)s)
@@ -746,7 +779,13 @@ ORDER BY i.seq
 -- queue in FIFO order (R6: created_at, run_id) — told apart by `part`. Nodes and runs come only
 -- when some class waits, so an empty queue costs this one statement and returns nothing (R13's
 -- cost argument). The sweep pages on with queued_page only past a full head.
-WITH RECURSIVE k(needs_key) AS (
+-- With %(sealed)s a run id, the statement first marks that run's record sealed (mark_sealed's
+-- update): a seal whose wake follows sends one statement for both, after the terminal commit
+-- (issue 13). NULL marks nothing.
+WITH RECURSIVE m AS (
+    UPDATE runs SET sealed = true
+    WHERE run_id = %(sealed)s AND state IN ('PASSED', 'FAILED')
+), k(needs_key) AS (
     (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
     UNION ALL
     SELECT (SELECT r.needs_key FROM runs r

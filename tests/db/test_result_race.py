@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mediator import Mediator
+import pytest
+
+from mediator import Conflict, Mediator
 from mediator.progress import decide_result
 from mediator.rows import ResultSource
 from tests.db.conftest import advert, contract
@@ -251,3 +253,106 @@ def test_the_record_sealed_from_the_result_s_own_write_is_the_one_a_read_would_g
     sealed = files(med.records.dir("rec"))
     assert sealed == files(other.dir("rec"))
     assert len(sealed) == 6  # contract, events, seal and three step logs
+
+
+# ---- the claim's snapshot (mediator/flows/claimed.py) -----------------------------------------
+
+
+def statements(med: Mediator, monkeypatch: Any) -> list[str]:
+    """The named statements the Mediator sends from now on, in order."""
+    from mediator.store.db import Tx
+
+    sent: list[str] = []
+    rows = Tx._rows
+
+    def counting(tx: Tx, name: str, params: Any = None, row: Any = None) -> list[Any]:
+        sent.append(name)
+        return rows(tx, name, params, row)
+
+    monkeypatch.setattr(Tx, "_rows", counting)
+    return sent
+
+
+def test_a_result_decides_from_its_claims_snapshot_without_a_read(med, monkeypatch):
+    # issue 13: the claim returns the run as it left it; the result that follows in the same
+    # process writes from it straight away — no result_source — and the record is the same.
+    advert(med, "X")
+    med.submit(contract("snap"))
+    (step,) = med.work("X")
+    claimed = med.claim("snap", step.seq, "X", "i1")
+    assert len(med.ctx.claimed) == 1
+    sent = statements(med, monkeypatch)
+    out = med.report("snap", step.seq, "X", claimed.attempt, "pass", instance="i1")
+    assert out.settled == "PASSED"
+    assert sent == ["apply_result", "sweep_head"]  # the seal's mark carries the wake's read
+    assert len(med.ctx.claimed) == 0
+    assert facts(med, "snap") == ("PASSED", 1, 0)
+
+
+def test_a_snapshot_that_went_stale_loses_its_write_and_the_result_reads_again(med, monkeypatch):
+    # Between X's claim and its result, Y's step is claimed (the run's version moves): the
+    # snapshot still shows Y PENDING. Its write matches nothing; the result reads, decides
+    # again, and the run settles only when Y's result comes — exactly as without a snapshot.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    med.submit(contract("stale", dut={"board": "x"}, aux={"board": "y"}))
+    (sx,) = med.work("X")
+    cx = med.claim("stale", sx.seq, "X", "i1")
+    (sy,) = med.work("Y")
+    cy = med.claim("stale", sy.seq, "Y", "i1")
+    med.ctx.claimed.take("stale", sy.seq, "Y", cy.attempt)  # Y's result will read (its own case)
+    sent = statements(med, monkeypatch)
+    first = med.report("stale", sx.seq, "X", cx.attempt, "pass", instance="i1")
+    assert sent[:3] == ["apply_result", "result_source", "apply_result"]
+    assert first.settled == "" and facts(med, "stale") == ("RUNNING", 0, 1)  # X released
+    second = med.report("stale", sy.seq, "Y", cy.attempt, "pass", instance="i1")
+    assert second.settled == "PASSED" and facts(med, "stale") == ("PASSED", 1, 0)
+
+
+def test_a_snapshot_never_answers_for_a_daemon_that_restarted_since(med):
+    # The node re-advertised with a new daemon instance after the claim: the snapshot knows
+    # only the old one, so its write must not match. The answer and what is left must be the
+    # ones a result that reads gets (restart detection, docs/design.md §9): shown side by side.
+    outcomes = []
+    for run_id, keep in (("with-snapshot", True), ("without", False)):
+        advert(med, "X", instance="i1")
+        med.submit(contract(run_id))
+        (step,) = med.work("X")
+        claimed = med.claim(run_id, step.seq, "X", "i1")
+        if not keep:
+            assert med.ctx.claimed.take(run_id, step.seq, "X", claimed.attempt) is not None
+        advert(med, "X", instance="i2")
+        with pytest.raises(Conflict) as err:
+            med.report(run_id, step.seq, "X", claimed.attempt, "pass", instance="i1")
+        run = med.get_run(run_id)
+        outcomes.append((err.value.code, run.state, run.verdict, run.steps[0].state))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] in ("run_ended", "stale_instance") and outcomes[0][3] != "PASSED"
+
+
+def test_a_cancel_after_the_claim_makes_the_snapshots_result_a_late_one(med):
+    advert(med, "X")
+    med.submit(contract("gone"))
+    (step,) = med.work("X")
+    claimed = med.claim("gone", step.seq, "X", "i1")
+    med.cancel("gone")
+    with pytest.raises(Conflict) as err:
+        med.report("gone", step.seq, "X", claimed.attempt, "pass", instance="i1")
+    assert err.value.code == "run_ended"
+    assert facts(med, "gone")[0] == "FAILED" and facts(med, "gone")[2] == 0
+
+
+def test_snapshots_are_bounded_even_when_daemons_claim_and_never_report(med):
+    # docs/security.md: a daemon that dies after claiming leaves its snapshot; at ten times the
+    # limit the process still holds at most the limit, the newest ones.
+    from mediator.flows.claimed import ClaimedRuns
+
+    med.ctx.claimed = ClaimedRuns(limit=3)
+    for i in range(30):
+        advert(med, f"N{i}", board=f"b{i}")
+        med.submit(contract(f"c{i}", dut={"board": f"b{i}"}))
+        (step,) = med.work(f"N{i}")
+        med.claim(f"c{i}", step.seq, f"N{i}", "i1")
+    assert len(med.ctx.claimed) == 3
+    assert med.ctx.claimed.take("c29", 0, "N29", 1) is not None
+    assert med.ctx.claimed.take("c0", 0, "N0", 1) is None

@@ -47,17 +47,21 @@ PGSS = (
 # one unlocked read and one write guarded by runs.version, its wake free when the seal's read
 # finds nothing QUEUED, a promotion one statement, and a sweep's reads (classes, fleet, the
 # queue's head) one statement (one-step run 8: issue 13's goal); then the settling result
-# returned its record's source, so the seal reads nothing (one-step run 7).
+# returned its record's source, so the seal reads nothing (one-step run 7). Then the claim
+# returned the run as it left it, so the result that follows in the same process writes without
+# a read (one-step run 6), a submit's R3 lookup rode on its fleet read, and the seal's mark on
+# its wake's first read (a promoting result 3).
 BOUND = {
     "steady heartbeat": 1,
     "submit (free node) → 201": 2,
     "work": 1,
     "claim": 1,
-    "result (last step → settle → seal)": 3,
-    "one-step run": 7,
+    "submit with its own run_id (free node) → 201": 2,
+    "result (last step → settle → seal)": 2,
+    "one-step run": 6,
     "submit (node busy) → 202": 3,
     "sweep, one run queued, nothing free": 1,
-    "result that frees the node and promotes the queued run": 5,
+    "result that frees the node and promotes the queued run": 3,
     "sweep promoting one queued run": 2,
 }
 
@@ -157,6 +161,12 @@ def test_a_one_step_run_costs_at_most_its_bound_in_statements(
         lambda: med.report(run_id, step.seq, "x", claimed.attempt, "pass", instance="i1"),
     )
     assert result.settled == "PASSED" and med.get_run(run_id).sealed
+    # R3's lookup rides on the fleet read: naming the run costs no statement more (issue 13)
+    named = tally(
+        "submit with its own run_id (free node) → 201",
+        lambda: med.submit(contract("named")),
+    )
+    assert named.status == 201
     life = ("submit (free node) → 201", "work", "claim", "result (last step → settle → seal)")
     tally.seen["one-step run"] = sum(tally.seen[f] for f in life)
     tally.detail["one-step run"] = sum((tally.detail[f] for f in life), Counter())

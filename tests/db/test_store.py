@@ -242,3 +242,23 @@ def test_a_saturated_pool_is_not_an_outage(dsn, clock):
         release.set()
         holder.join(10)
         store.close()
+
+
+def test_jsonb_round_trips_exactly_through_the_fast_json_path(med):
+    """Issue 13: jsonb is read and written with orjson, which rounds integers beyond 64 bits
+    to floats; jsonb keeps them exact and so must the Mediator — a contract's ``with`` and a
+    node's capabilities come back as they were sent, numbers of every size included."""
+    odd = {
+        "big": 2**70, "neg": -(2**64) - 1, "i64": 2**63 - 1, "huge": 10**30, "tenth": 0.1,
+        "text": "é\u2028 digits 12345678901234567890 in a string",
+        "nested": [{"k": [1, 2.5, None, True]}], "keys": {"b": 1, "a": 2},
+    }  # fmt: skip
+    med.advert("X", {"board": "x", "serial": 2**65}, "i1")
+    doc = contract("exact")
+    doc["steps"][0]["with"] = odd
+    med.submit(doc)
+    (step,) = med.get_run("exact").steps
+    assert step.with_ == odd
+    assert all(type(step.with_[k]) is type(v) for k, v in odd.items())
+    (node,) = med.list_nodes().nodes
+    assert node.capabilities["serial"] == 2**65 and type(node.capabilities["serial"]) is int

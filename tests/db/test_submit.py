@@ -78,6 +78,22 @@ def test_r3_resubmitting_a_queued_run_is_200_with_the_stored_run(med):
     assert count(med, "runs") == 2
 
 
+def test_r3_an_existing_run_is_answered_even_when_the_contract_sent_again_does_not_parse(med):
+    """R3, NFR-I7: the lookup rides on the submit's one read (issue 13), after the parse; a
+    resubmission that would be a 400 on its own is still the existing run, 200, and writes
+    nothing — a dry run too. An unknown run_id with the same contract is the 400 it always was."""
+    advert(med, "X")
+    assert med.submit(contract("a")).status == 201
+    broken = {"run_id": "a", "roles": "not an object", "steps": []}
+    again = med.submit(broken)
+    assert again.status == 200 and again.run.run_id == "a" and again.run.state == "RUNNING"
+    dry = med.submit(broken, dry_run=True)
+    assert dry.status == 200 and dry.run.run_id == "a"
+    with pytest.raises(ContractError):
+        med.submit({**broken, "run_id": "unknown"})
+    assert count(med, "runs") == 1
+
+
 def test_r3_resubmitting_is_200_whatever_the_state(med):
     advert(med, "X")
     assert med.submit(contract("a")).status == 201

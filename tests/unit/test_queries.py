@@ -32,3 +32,22 @@ def test_every_shipped_query_reads_time_through_mediator_now():
         assert "mediator_now()" not in lowered, f"{name} reads time without the clock's instant"
         for clock in ("now()", "current_timestamp", "clock_timestamp", "statement_timestamp"):
             assert clock not in lowered, f"{name} reads the wall clock"
+
+
+def test_indentation_and_blank_lines_are_dropped_but_a_literal_keeps_its_spaces():
+    text = "-- q --\n  SELECT 'a  b',\n    '  two\n      lines  ' AS x\n\n  FROM t\n"
+    assert parse(text) == {"q": "SELECT 'a  b',\n'  two\n      lines  ' AS x\nFROM t"}
+
+
+def test_every_shipped_query_fits_psycopgs_conversion_cache():
+    """Issue 13 (docs/performance.md): psycopg converts a query's text in Python on every
+    execution unless it is at most 4,096 bytes with at most 50 parameters; the result's write
+    (``apply_result``) was 4,724 bytes with its indentation, and paid that on every result."""
+    import re
+
+    from psycopg import _queries
+
+    for name, sql in QUERIES.items():
+        assert len(sql.encode()) <= _queries.MAX_CACHED_STATEMENT_LENGTH, name
+        params = set(re.findall(r"%\((\w+)\)s", sql)) | set(re.findall(r"%s", sql))
+        assert len(params) <= _queries.MAX_CACHED_STATEMENT_PARAMS, name
