@@ -31,9 +31,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mediator.api.access import AccessLog
 from mediator.api.auth import Principal, Tokens
-from mediator.api.events import EventFeed, StreamGauge, StreamsFull
+from mediator.api.events import EventFeed, StreamsFull
 from mediator.api.limits import BadRequest, BodyLimit, decode
-from mediator.api.metrics import Metrics
+from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
 from mediator.api.openapi import install as install_openapi
 from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
@@ -150,7 +150,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         max_per_principal=med.config.events_max_streams_per_principal,
     )
     metrics = Metrics(med)
-    metrics.registry.register(StreamGauge(feed))
+    feed.on_open_streams = metrics.instruments.streams.set
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -170,6 +170,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     app.state.feed = feed
     install_openapi(app)  # the document as the server behaves (issue 15 §1)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(RequestMetrics, instruments=metrics.instruments)  # BodyLimit's 4xx too
     app.add_middleware(AccessLog)  # outermost: it sees BodyLimit's refusals too
 
     # -- errors --
@@ -427,7 +428,11 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         return StreamingResponse(
             feed.stream(ticket, start, limit),
             media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            headers={
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+                "X-Mediator-Worker": PID,
+            },
         )
 
     # 15 -- health: 503 within about a second while the database is out of reach (a bounded
@@ -447,8 +452,8 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     # 16 -- metrics
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
     def get_metrics() -> Response:
-        body, content_type = metrics.render()
-        return Response(body, media_type=content_type)
+        body, content_type = metrics.render()  # the whole server's, whichever worker answers
+        return Response(body, media_type=content_type, headers={"X-Mediator-Worker": PID})
 
     # 18 -- the panel (static files; it talks to this API over HTTP like any client)
     if UI_DIR.is_dir():

@@ -30,11 +30,10 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
-from prometheus_client.core import GaugeMetricFamily
 
 from mediator.errors import MediatorError
 from mediator.rows import Event
@@ -105,6 +104,9 @@ class EventFeed:
         self._lock = threading.RLock()  # admission counts (a Ticket's __del__ may run anywhere)
         self._by_principal: dict[str, int] = {}
         self._open = 0
+        # Told the number of open streams at every change (the /metrics gauge; under the lock,
+        # so the last value it hears is the current one).
+        self.on_open_streams: Callable[[int], None] | None = None
         # Set once the first stream starts, on that stream's event loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None  # the listener's NOTIFY, or stop()
@@ -139,11 +141,15 @@ class EventFeed:
                 )
             self._open += 1
             self._by_principal[principal] = mine + 1
+            if self.on_open_streams is not None:
+                self.on_open_streams(self._open)
         return Ticket(self, principal)
 
     def _release(self, principal: str) -> None:
         with self._lock:
             self._open -= 1
+            if self.on_open_streams is not None:
+                self.on_open_streams(self._open)
             left = self._by_principal.get(principal, 1) - 1
             if left > 0:
                 self._by_principal[principal] = left
@@ -289,20 +295,6 @@ class EventFeed:
                     await asyncio.wait_for(changed.wait(), left)
         finally:
             ticket.release()
-
-
-class StreamGauge:
-    """Prometheus collector: ``mediator_event_streams``, the streams open in this process."""
-
-    def __init__(self, feed: EventFeed) -> None:
-        self.feed = feed
-
-    def collect(self) -> Iterator[Any]:
-        gauge = GaugeMetricFamily(
-            "mediator_event_streams", "Open /v1/events streams in this process."
-        )
-        gauge.add_metric([], self.feed.open_streams)
-        yield gauge
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:

@@ -1,27 +1,59 @@
-"""``GET /metrics``: Prometheus text (docs/design.md §19 route 16).
+"""``GET /metrics``: Prometheus text (docs/design.md §19 route 16), for the whole server.
 
-Queue depth, runs by state and the queue-wait histogram are read from the database at scrape time,
-so every Mediator process reports the same fleet-wide truth; the sweep-duration histogram is this
-process's own (each process sweeps for itself).
+Two kinds of figures, kept apart because they add up differently:
+
+- **Fleet figures** (queue depth, runs by state, the queue-wait histogram, unsealed records) are
+  read from the database at scrape time, once, by whichever process answers: every process
+  would read the same truth, so they are never summed.
+- **Process figures** (:class:`Instruments`: requests and their latency, sweep durations, the
+  failures counted by ``ctx.count``, open event streams) happen in one process each. Under
+  ``mediator serve --workers N`` (N > 1) they are kept with prometheus_client's multiprocess
+  mode: every process writes its counters to memory-mapped files in a directory private to that
+  one server (``PROMETHEUS_MULTIPROC_DIR``, made by the serving parent before anything imports
+  prometheus_client, mode 0700, removed at exit), and a scrape merges them all with
+  :class:`~prometheus_client.multiprocess.MultiProcessCollector`. Counters and histograms are
+  summed over every process the server ever ran — a restarted worker's files stay, so nothing
+  goes backwards — and the open-streams gauge (``livesum``) over the live ones: the parent calls
+  ``mark_process_dead`` for each worker that ends. Why this library mode and not our own: see
+  docs/design.md §19 "Metrics of a server with workers".
+
+Without that variable (``--workers 1``, ``create_app`` in tests and the simulator) the same
+instruments live in the app's own registry, as plain in-memory values.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 if TYPE_CHECKING:
     from mediator.flows import Mediator
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own switch (read at its import)
 WAIT_BUCKETS = (0.0, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 STATES = ("QUEUED", "RUNNING", "PASSED", "FAILED")
+# Request labels come from a fixed set (the method, the route's template, the status code), never
+# from the raw path: a client must not be able to grow the metrics without bound.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def multiproc_dir() -> str | None:
+    """The private metrics directory of this server's processes, or None (in-process mode)."""
+    return os.environ.get(MULTIPROC_ENV) or None
 
 
 class _FleetCollector:
@@ -54,47 +86,127 @@ class _FleetCollector:
         yield backlog
 
 
-class _FailureCollector:
-    """Failures this process survived without changing an answer (R7, R16, issue 11 §5–6)."""
+class Instruments:
+    """This process's own counters, histograms and gauge, fed as things happen.
 
-    def __init__(self, med: Mediator) -> None:
-        self.med = med
+    ``registry`` is None in multiprocess mode: the values go to this process's files, and a
+    scrape reads every process's files instead of any registry (registering them too would
+    export them twice, prometheus_client's docs warn).
+    """
 
-    def collect(self) -> Iterator[Any]:
-        f = self.med.failures
-        errors = CounterMetricFamily(
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.requests = Counter(
+            "mediator_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "mediator_http_request_duration_seconds",
+            "Time from a request's arrival to its response's start, by route template.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.sweep = Histogram(
+            "mediator_sweep_duration_seconds",
+            "Duration of promotion sweeps (WakeQueued).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        # Failures survived without changing an answer (R7, R16, issue 11 §5–6): ctx.count's keys.
+        sweep_errors = Counter(
             "mediator_sweep_run_errors",
             "Promotions of one run that failed; the sweep went on (R7).",
+            registry=registry,
         )
-        errors.add_metric([], f["sweep_run"])
-        yield errors
-        records = CounterMetricFamily(
+        records = Counter(
             "mediator_record_failures",
             "Record writes that failed after their commit and wait for a retry.",
-            labels=["op"],
+            ["op"],
+            registry=registry,
         )
-        for op in ("open", "seal"):
-            records.add_metric([op], f[f"record_{op}"])
-        yield records
-        wakes = CounterMetricFamily(
-            "mediator_wake_failures", "Sweeps that failed (R16); a database error re-sweeps."
+        wakes = Counter(
+            "mediator_wake_failures",
+            "Sweeps that failed (R16); a database error re-sweeps.",
+            registry=registry,
         )
-        wakes.add_metric([], f["wake"])
-        yield wakes
+        self.failures: dict[str, Any] = {
+            "sweep_run": sweep_errors,
+            "record_open": records.labels("open"),
+            "record_seal": records.labels("seal"),
+            "wake": wakes,
+        }
+        self.streams = Gauge(
+            "mediator_event_streams",
+            "Open /v1/events streams.",
+            multiprocess_mode="livesum",  # the live workers' streams; a dead one holds none
+            registry=registry,
+        )
+
+    def watch(self, med: Mediator) -> None:
+        """Count ``med``'s sweeps and survived failures from now on, and those it counted
+        already (the startup wake runs before any app exists)."""
+        for what, n in med.failures.items():
+            self.failed(what, n)
+        med.ctx.count_observers.append(self.failed)
+        med.sweep_observers.append(lambda seconds, report: self.sweep.observe(seconds))
+
+    def failed(self, what: str, n: int = 1) -> None:
+        counter = self.failures.get(what)
+        if counter is not None and n:
+            counter.inc(n)
 
 
 class Metrics:
+    """The app's ``/metrics``: the fleet read once, plus every process's instruments."""
+
     def __init__(self, med: Mediator) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_FleetCollector(med))
-        self.registry.register(_FailureCollector(med))
-        self.sweep = Histogram(
-            "mediator_sweep_duration_seconds",
-            "Duration of promotion sweeps (WakeQueued) in this process.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
-            registry=self.registry,
-        )
-        med.sweep_observers.append(lambda seconds, report: self.sweep.observe(seconds))
+        path = multiproc_dir()
+        if path is None:
+            self.instruments = Instruments(self.registry)
+        else:
+            self.instruments = Instruments(None)
+            MultiProcessCollector(self.registry, path=path)  # type: ignore[no-untyped-call]
+        self.instruments.watch(med)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _route(scope: dict[str, Any]) -> str:
+    route = scope.get("route")
+    if route is None:
+        return "unmatched"
+    path = getattr(route, "path", "")
+    return path or "/"  # the panel's mount at "/" has the empty path
+
+
+class RequestMetrics:
+    """Pure ASGI: count each response and time it to its start (not its end: an event stream
+    lasts for hours). Counted before the first byte leaves, so a client that has its response
+    finds it counted by the next scrape."""
+
+    def __init__(self, app: Any, instruments: Instruments) -> None:
+        self.app = app
+        self.instruments = instruments
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def counted(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                method = scope.get("method", "")
+                route = _route(scope)
+                self.instruments.requests.labels(
+                    method if method in METHODS else "other", route, str(message["status"])
+                ).inc()
+                self.instruments.latency.labels(route).observe(time.perf_counter() - started)
+            await send(message)
+
+        await self.app(scope, receive, counted)

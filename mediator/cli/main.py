@@ -17,23 +17,27 @@ import logging
 import multiprocessing
 import os
 import queue
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from mediator.api.auth import Tokens
 from mediator.config import Config
 from mediator.errors import ConfigError, MediatorError
 from mediator.records import Records
 
 if TYPE_CHECKING:
+    # Not imported at run time before `serve` has chosen the metrics mode: importing mediator.api
+    # imports prometheus_client, which fixes its mode from the environment once, at import.
+    from mediator.api.auth import Tokens
     from mediator.flows import Mediator
 
 log = logging.getLogger("mediator")
@@ -98,8 +102,6 @@ class Serving:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from mediator.flows import Mediator
-
     try:
         config = Config.load(
             args.config,
@@ -121,11 +123,51 @@ def serve(args: argparse.Namespace) -> int:
                 "Give a tokens file (--tokens or tokens_file) or run with --dev on loopback.",
                 field="tokens_file",
             )
+    except ConfigError as exc:
+        print(f"mediator: {exc.message}", file=sys.stderr)
+        return 2
+    with _metrics_mode(config.workers) as own_figures:
+        return _serve(args, config, own_figures)
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # mediator/api/metrics.py; prometheus_client's switch
+
+
+@contextlib.contextmanager
+def _metrics_mode(workers: int) -> Iterator[bool]:
+    """Choose prometheus_client's mode for this server before anything imports it (it reads the
+    environment once, at import; mediator/api/metrics.py says why the mode matters).
+
+    One worker: in-process figures, whatever the environment says. Several: a directory that
+    belongs to this server alone — a fresh name made with mode 0700 (``mkdtemp``), handed to the
+    workers through the environment they inherit, removed when the server stops — so /metrics
+    sums every worker's figures and two servers on one machine never mix theirs. Yields whether
+    this process's own figures (the reaper's sweeps and failures) reach that directory: not if
+    prometheus_client was imported before we could choose (``main`` called from Python).
+    """
+    if workers == 1:
+        os.environ.pop(MULTIPROC_ENV, None)
+        yield False
+        return
+    fresh = "prometheus_client" not in sys.modules
+    path = tempfile.mkdtemp(prefix="mediator-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield fresh
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, config: Config, own_figures: bool) -> int:
+    from mediator.api.auth import Tokens
+    from mediator.flows import Mediator
+
+    try:
         tokens = Tokens(None) if args.dev else Tokens.load(config.tokens_file)
     except ConfigError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 2
-
     data = Path(args.data).resolve()
     records_root = config.records_root or str(data.parent / "records")
     try:
@@ -140,6 +182,10 @@ def serve(args: argparse.Namespace) -> int:
     except MediatorError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 1
+    if own_figures:
+        from mediator.api.metrics import Instruments
+
+        Instruments(None).watch(med)  # the reaper's sweeps and failures count for the server
     if not config.database_url:
         # The embedded cluster's address is stable for a --data directory (unix socket, fixed
         # port); only this account can reach it (docs/security.md "The embedded database").
@@ -237,20 +283,73 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+@dataclass
+class Backoff:
+    """When to start a worker again after one ended: a pure policy (no clock, no process).
+
+    The wait doubles from ``first_s`` up to ``cap_s`` with every end, so a worker that cannot
+    start is not restarted twice a second forever; it starts from ``first_s`` again once a
+    worker has served ``stable_s`` (that one ended for a reason of its own, not a start that
+    cannot succeed). ``failed`` counts the ends in a row that came before the worker listened.
+    """
+
+    first_s: float = 0.5
+    cap_s: float = 30.0
+    stable_s: float = 30.0
+    delay_s: float = field(init=False)  # the next wait
+    failed: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.delay_s = self.first_s
+
+    def after_exit(self, served_s: float | None) -> float:
+        """The wait before the next start; ``served_s`` is how long the worker that ended
+        listened, None if it never did (a failed start)."""
+        if served_s is None:
+            self.failed += 1
+        else:
+            self.failed = 0
+            if served_s >= self.stable_s:
+                self.delay_s = self.first_s
+        wait = self.delay_s
+        self.delay_s = min(self.delay_s * 2, self.cap_s)
+        return wait
+
+
+@dataclass
+class _Slot:
+    """One worker place: its current process, its backoff, and where it is in its life."""
+
+    proc: Any
+    backoff: Backoff = field(default_factory=Backoff)
+    ready_at: float | None = None  # when it reported listening (monotonic)
+    restart_at: float | None = None  # it ended: start another at this instant
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+
 class Workers:
     """``--workers N``: N spawned processes serving one socket this process bound.
 
     Each worker has its own Mediator (its own pool on the one database) and its own event feed;
     the event-stream caps are divided among them (docs/security.md "Event streams"), so the server
     as a whole never holds more than the caps. This process prints the one "serving on" line
-    once every worker listens, respawns a worker that dies, and on SIGINT or SIGTERM stops them
-    all (each ends its open streams first) before the caller stops the reaper and the database.
-    Workers are spawned, not forked: this process already runs the pool's and the reaper's
-    threads, which a fork would copy in whatever state they were.
+    once every worker listens, starts another worker when one ends — after a growing wait
+    (:class:`Backoff`), and it stops the server with status 1 once every worker has failed to
+    start ``GIVE_UP`` times in a row, naming the workers' own reason — and on SIGINT or SIGTERM
+    stops them all (each ends its open streams first) before the caller stops the reaper and the
+    database. Workers are spawned, not forked: this process already runs the pool's and the
+    reaper's threads, which a fork would copy in whatever state they were.
     """
 
     START_S = 60.0  # a worker that does not listen within this is a failed start
     STOP_S = 15.0  # then it is killed
+    GIVE_UP = 3  # failed starts in a row, of every worker, before the server stops
+    POLL_S = 0.2  # how often ended workers are looked for
 
     def __init__(self, serving: Serving) -> None:
         n = serving.config.workers
@@ -265,9 +364,10 @@ class Workers:
         )
         self.n = n
         self._ctx = multiprocessing.get_context("spawn")
-        self._ready: Any = self._ctx.Queue()
+        self._ready: Any = self._ctx.Queue()  # ("ready", pid) or ("failed", pid, reason)
         self._stopping = threading.Event()
-        self._procs: list[Any] = []
+        self._slots: list[_Slot] = []
+        self._reasons: dict[int, str] = {}  # a worker's own word on why it could not start
 
     def _spawn(self, sock: socket.socket) -> Any:
         proc = self._ctx.Process(
@@ -291,60 +391,130 @@ class Workers:
             print(f"mediator: cannot listen: {exc.strerror or exc}", file=sys.stderr)
             return 1
         try:
-            self._procs = [self._spawn(sock) for _ in range(self.n)]
+            self._slots = [_Slot(self._spawn(sock)) for _ in range(self.n)]
             if not self._await_ready():
                 return 1
             print(self.serving.banner(sock.getsockname()[1]), flush=True)
-            while not self._stopping.wait(0.5):
-                for i, proc in enumerate(self._procs):
-                    if not proc.is_alive() and not self._stopping.is_set():
-                        log.error(
-                            "worker %d exited (%s); starting another", proc.pid, proc.exitcode
-                        )
-                        self._procs[i] = self._spawn(sock)
-            return 0
+            return self._supervise(sock)
         finally:
             self._stop_all()
             sock.close()
 
+    def _heard(self, timeout: float) -> None:
+        """Take the workers' messages: who listens now, and why one could not start."""
+        try:
+            message = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            kind, pid, *rest = message
+            if kind == "ready":
+                for slot in self._slots:
+                    if slot.proc.pid == pid:
+                        slot.ready_at = time.monotonic()
+            else:
+                self._reasons[pid] = rest[0]
+            try:
+                message = self._ready.get_nowait()
+            except queue.Empty:
+                return
+
+    def _reason(self, proc: Any) -> str:
+        if proc.pid not in self._reasons:
+            proc.join(1.0)  # its message may still be on its way; the queue flushes at exit
+            self._heard(0.0)
+        return self._reasons.pop(proc.pid, "it gave no reason; see its log above")
+
     def _await_ready(self) -> bool:
         """Wait until every worker listens; False if one died first, or the deadline passed."""
         deadline = time.monotonic() + self.START_S
-        ready = 0
-        while ready < self.n:
+        while not all(slot.ready_at is not None for slot in self._slots):
             if self._stopping.is_set():
                 return False
-            if any(not p.is_alive() for p in self._procs):
-                print("mediator: a worker failed to start", file=sys.stderr)
-                return False
+            for slot in self._slots:
+                if not slot.proc.is_alive():
+                    proc = slot.proc
+                    print(
+                        f"mediator: worker {proc.pid} failed to start "
+                        f"({_exit_text(proc.exitcode)}): {self._reason(proc)}",
+                        file=sys.stderr,
+                    )
+                    return False
             if time.monotonic() > deadline:
                 print("mediator: the workers did not start in time", file=sys.stderr)
                 return False
-            try:
-                self._ready.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            ready += 1
+            self._heard(self.POLL_S)
         return True
 
+    def _supervise(self, sock: socket.socket) -> int:
+        """Serve until told to stop: start another worker for each that ends (backoff), and
+        give up (status 1) when every worker keeps failing at start."""
+        while not self._stopping.is_set():
+            self._heard(self.POLL_S)
+            now = time.monotonic()
+            for slot in self._slots:
+                proc = slot.proc
+                if slot.restart_at is None and not proc.is_alive():
+                    _buried(proc.pid)
+                    served = None if slot.ready_at is None else now - slot.ready_at
+                    wait = slot.backoff.after_exit(served)
+                    slot.restart_at = now + wait
+                    if served is None:
+                        reason = self._reason(proc)
+                        log.error(
+                            "worker %d failed at start (%s): %s; starting another in %.1f s",
+                            proc.pid, _exit_text(proc.exitcode), reason, wait,
+                        )  # fmt: skip
+                        if all(s.backoff.failed >= self.GIVE_UP for s in self._slots):
+                            print(
+                                f"mediator: every worker failed to start {self.GIVE_UP} times "
+                                f"in a row; the last ({_exit_text(proc.exitcode)}): {reason}; "
+                                "stopping",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+                            return 1
+                    else:
+                        log.error(
+                            "worker %d exited (%s) after serving %.1f s; starting another "
+                            "in %.1f s",
+                            proc.pid, _exit_text(proc.exitcode), served, wait,
+                        )  # fmt: skip
+                elif slot.restart_at is not None and now >= slot.restart_at:
+                    slot.proc = self._spawn(sock)
+                    slot.ready_at = slot.restart_at = None
+        return 0
+
     def _stop_all(self) -> None:
-        for proc in self._procs:
+        procs = [slot.proc for slot in self._slots]
+        for proc in procs:
             if proc.is_alive() and proc.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.STOP_S
-        for proc in self._procs:
+        for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
                 log.error("worker %d did not stop in %.0fs; killing it", proc.pid, self.STOP_S)
                 proc.kill()
                 proc.join(5)
+            _buried(proc.pid)
         self._ready.close()
         self._ready.join_thread()
 
 
+def _buried(pid: int) -> None:
+    """A worker ended: its live gauges (open streams) leave /metrics; its counters stay."""
+    path = os.environ.get(MULTIPROC_ENV)
+    if path:
+        from prometheus_client.multiprocess import mark_process_dead
+
+        mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+
+
 def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> None:
-    """One spawned worker: its own Mediator on the shared database, serving ``sock``."""
+    """One spawned worker: its own Mediator on the shared database, serving ``sock``. Tells
+    the parent when it listens, or why it could not start (then exits with status 1)."""
     from mediator.flows import Mediator
 
     logging.basicConfig(
@@ -353,15 +523,21 @@ def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> N
         stream=sys.stderr,
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn handles it: the parent decides
-    med = Mediator.connect(
-        serving.database_url,
-        config=serving.config,
-        records_root=serving.records_root,
-        pool_size=16,
-        startup_wake=False,  # the parent woke once (wake 5) and sealed before spawning us
-    )
     try:
-        server, stop = _server(med, serving, lambda port: ready.put(os.getpid()))
+        med = Mediator.connect(
+            serving.database_url,
+            config=serving.config,
+            records_root=serving.records_root,
+            pool_size=16,
+            startup_wake=False,  # the parent woke once (wake 5) and sealed before spawning us
+        )
+    except Exception as exc:
+        reason = exc.message if isinstance(exc, MediatorError) else f"{type(exc).__name__}: {exc}"
+        log.error("worker cannot start: %s", reason)
+        ready.put(("failed", os.getpid(), reason))
+        sys.exit(1)
+    try:
+        server, stop = _server(med, serving, lambda port: ready.put(("ready", os.getpid())))
 
         def orphaned() -> None:
             # The parent was killed outright (SIGKILL): stop rather than serve on alone.

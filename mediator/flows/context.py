@@ -53,6 +53,9 @@ class Context:
         # Failures this process survived (R7, R16, issue 11 §5–6), for /metrics: keys
         # "sweep_run" (one run's promotion), "record_open", "record_seal", "wake".
         self.failures: Counter[str] = Counter()
+        # Told of each one as it is counted: /metrics keeps them where a scrape of any worker of
+        # `mediator serve --workers N` sees every process's (mediator/api/metrics.py).
+        self.count_observers: list[Callable[[str], None]] = []
         self.lock = threading.Lock()
         # What each claim left, for the result that follows (issue 13): one read less.
         self.claimed = ClaimedRuns()
@@ -70,6 +73,8 @@ class Context:
         """One more survived failure of kind ``what`` (request threads count concurrently)."""
         with self.lock:
             self.failures[what] += 1
+        for observer in self.count_observers:
+            observer(what)
 
 
 def view(fleet: Iterable[FleetNode]) -> tuple[list[Advert], set[str], set[str]]:

@@ -8,7 +8,9 @@ deadline — until two distinct workers have answered."""
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -134,3 +136,197 @@ def test_the_stream_caps_hold_for_the_whole_server_not_per_worker(dsn, tmp_path)
         for s in held:
             s.close()
         server.process.stop()
+
+
+# ---- /metrics describes the whole server (review of issue 13's `serve --workers`) ----------------
+def _scrape(http: httpx.Client) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+    """(the worker that answered, every sample of /metrics by name and labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+    return r.headers["X-Mediator-Worker"], samples
+
+
+def _requests(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+    return sum(v for (name, _), v in samples.items() if name == "mediator_http_requests_total")
+
+
+def _never_back(
+    before: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    after: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+) -> None:
+    """Every counter and histogram sample of ``before`` is still there, and no smaller."""
+    for key, value in before.items():
+        name = key[0]
+        if name.endswith(("_total", "_bucket", "_count", "_sum")):
+            assert after.get(key, -1.0) >= value, (key, value, after.get(key))
+
+
+def test_metrics_sum_every_worker_and_never_go_back_when_one_is_killed(dsn, tmp_path):
+    # /metrics with `serve --workers 2`: whichever worker answers, the request counter is the
+    # whole server's (exactly the requests this test made), no counter goes backwards from one
+    # scrape to the next — not even when a worker is killed and replaced — and the open-streams
+    # gauge counts the streams of the live workers only (docs/design.md §19 "Metrics").
+    import socket
+
+    server = start_server(dsn, tmp_path, "--workers", "2")
+    made = 0  # every HTTP request this test sent, each answered before the next scrape
+    held: socket.socket | None = None
+
+    def fresh() -> httpx.Client:
+        return httpx.Client(base_url=server.url, timeout=10)  # a new connection: any worker
+
+    def answered(path: str, until: Callable[[set[str]], bool]) -> set[str]:
+        """GET ``path`` on fresh connections until the set of workers that answered satisfies
+        ``until`` (polled with a deadline); /metrics answers are checked as they come."""
+        nonlocal made
+        seen: set[str] = set()
+        deadline = time.monotonic() + 60
+        while not until(seen):
+            assert time.monotonic() < deadline, f"only {seen} answered {path}"
+            with fresh() as c:
+                if path == "/metrics":
+                    seen.add(scrape(c))
+                else:
+                    r = c.get(path)
+                    made += 1
+                    assert r.status_code == 200
+                    seen.add(r.headers["X-Mediator-Worker"])
+        return seen
+
+    def two(seen: set[str]) -> bool:
+        return len(seen) >= 2
+
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    streams_expected = 0
+
+    def scrape(c: httpx.Client) -> str:
+        nonlocal made, last
+        worker, samples = _scrape(c)
+        assert _requests(samples) == made, (worker, _requests(samples), made)
+        assert samples[("mediator_event_streams", ())] == streams_expected, worker
+        _never_back(last, samples)
+        last = samples
+        made += 1  # the scrape itself is counted once its response starts: in the next one
+        return worker
+
+    try:
+        workers = answered("/healthz", two)
+        assert answered("/metrics", two) == workers
+        # One event stream, held open on some worker: both workers' scrapes count it once.
+        host, port = server.url.removeprefix("http://").split(":")
+        held = socket.create_connection((host, int(port)), timeout=30)
+        held.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = held.recv(4096)
+            assert chunk, head
+            head += chunk
+        made += 1
+        streaming = next(
+            line.split(b":", 1)[1].strip().decode()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"x-mediator-worker:")
+        )
+        streams_expected = 1
+        assert answered("/metrics", two) == workers
+        # Kill the worker holding the stream outright: its counts stay, its stream does not.
+        os.kill(int(streaming), signal.SIGKILL)
+        held.close()
+        held = None
+        # Until the parent has noticed and buried it (polled, bounded), a scrape may still count
+        # the stream; the requests are exact all along: the killed worker's counts stay.
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, "the killed worker's stream is still counted"
+            with fresh() as c:
+                _, samples = _scrape(c)
+            assert _requests(samples) == made
+            _never_back(last, samples)
+            last = samples
+            made += 1
+            if samples[("mediator_event_streams", ())] == 0:
+                break
+        streams_expected = 0
+        # A new worker takes its place; then every scrape, from either, agrees with the count.
+        survivor = (workers - {streaming}).pop()
+        now = answered("/healthz", lambda seen: bool(seen - {survivor, streaming}))
+        newcomer = now - {survivor, streaming}
+        answered("/metrics", lambda seen: seen >= {survivor, *newcomer})
+        assert server.process.stop(timeout=30) == 0
+    finally:
+        if held is not None:
+            held.close()
+        server.process.stop()
+
+
+def test_workers_that_cannot_start_back_off_and_the_server_stops_naming_why(dsn, tmp_path):
+    # A restarted worker that cannot start is restarted after a growing wait (0.5 s, 1 s, 2 s...),
+    # each failure logged with the worker's exit code and its own reason; once every worker has
+    # failed to start Workers.GIVE_UP times in a row, the server stops with status 1 and says why.
+    # The real cause here: the database was moved to another schema version under the running
+    # server (what a newer Mediator's upgrade would do); a worker checks it when it connects.
+    import psycopg
+
+    server = start_server(dsn, tmp_path, "--workers", "2")
+    try:
+        pids: set[str] = set()
+        deadline = time.monotonic() + 60
+        while len(pids) < 2:
+            assert time.monotonic() < deadline, pids
+            with httpx.Client(base_url=server.url, timeout=10) as c:
+                pids.add(c.get("/healthz").headers["X-Mediator-Worker"])
+        with psycopg.connect(dsn, autocommit=True) as db:
+            db.execute("UPDATE schema_version SET version = version + 1")
+        for pid in pids:
+            os.kill(int(pid), signal.SIGKILL)
+        assert server.process.proc.wait(timeout=120) == 1
+    finally:
+        server.process.stop()
+    text = "".join(server.process.output)
+    for pid in pids:
+        assert f"worker {pid} exited (killed by signal 9)" in text, text
+    assert "failed at start (exit code 1): The database holds schema version" in text, text
+    for wait in ("starting another in 1.0 s", "starting another in 2.0 s"):
+        assert wait in text, text  # the wait doubles; no worker is started twice a second
+    assert "every worker failed to start 3 times in a row" in text, text
+    assert "schema version" in text.rsplit("every worker failed", 1)[1], text
+    assert "mediator: stopped" in text, text
+
+
+def _metrics_dir(worker: str) -> Path:
+    """The metrics directory a worker was handed (its environment, as the parent set it)."""
+    env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
+    value = next(v for v in env if v.startswith(b"PROMETHEUS_MULTIPROC_DIR="))
+    return Path(value.split(b"=", 1)[1].decode())
+
+
+def test_each_server_keeps_its_metrics_in_a_private_directory_it_removes(dsn, tmp_path):
+    # Two servers on one machine never mix their figures: each parent makes its own directory
+    # (mode 0700), hands it to its workers, and removes it when it stops.
+    import stat
+
+    servers = [start_server(dsn, tmp_path / name, "--workers", "2") for name in ("a", "b")]
+    try:
+        dirs = []
+        for server in servers:
+            with httpx.Client(base_url=server.url, timeout=10) as c:
+                worker = c.get("/healthz").headers["X-Mediator-Worker"]
+            path = _metrics_dir(worker)
+            st = path.stat()
+            assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid(), path
+            assert any(path.glob("counter_*.db")), sorted(path.iterdir())
+            dirs.append(path)
+        assert dirs[0] != dirs[1]
+        for server in servers:
+            assert server.process.stop(timeout=30) == 0
+        assert not dirs[0].exists() and not dirs[1].exists()
+    finally:
+        for server in servers:
+            server.process.stop()

@@ -115,3 +115,37 @@ def test_the_workers_shared_socket_gets_nagle_turned_off_on_every_connection():
     finally:
         listener.close()
     assert result and result[0] != 0
+
+
+# ---- serve --workers: restarting a worker (review of issue 13) ----------------------------------
+def test_a_worker_that_keeps_failing_is_restarted_after_a_doubling_wait_up_to_a_cap():
+    from mediator.cli.main import Backoff
+
+    b = Backoff(first_s=0.5, cap_s=30.0, stable_s=30.0)
+    waits = [b.after_exit(None) for _ in range(9)]  # nine failed starts in a row
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert b.failed == 9
+
+
+def test_a_worker_that_served_a_while_resets_the_wait_and_a_short_life_does_not():
+    from mediator.cli.main import Backoff
+
+    b = Backoff(first_s=0.5, cap_s=30.0, stable_s=30.0)
+    assert [b.after_exit(None), b.after_exit(None)] == [0.5, 1.0]
+    assert b.after_exit(5.0) == 2.0 and b.failed == 0  # it listened: not a failed start...
+    assert b.after_exit(None) == 4.0 and b.failed == 1  # ...but 5 s proves nothing yet
+    assert b.after_exit(30.0) == 0.5 and b.failed == 0  # served 30 s: start over
+    assert b.after_exit(None) == 1.0
+    assert Backoff(first_s=2.0).after_exit(None) == 2.0
+
+
+def test_importing_the_cli_leaves_the_metrics_mode_to_serve():
+    # prometheus_client fixes its mode from PROMETHEUS_MULTIPROC_DIR once, when it is imported;
+    # `serve` chooses the mode after reading --workers, so the CLI module must not import it
+    # (mediator/api/metrics.py). In a fresh interpreter: this one has imported it long ago.
+    import subprocess
+    import sys
+
+    code = "import sys, mediator.cli.main; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
