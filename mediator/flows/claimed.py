@@ -9,9 +9,11 @@ that race is dropped for a fresh read — a stale snapshot costs one statement, 
 answer. A result that reaches another process (another worker of ``mediator serve``) simply
 reads.
 
-Bounded: a daemon that claims and never reports (it died) leaves its snapshot behind; the
-oldest are dropped past ``limit`` (docs/security.md: every resource a client can make the
-Mediator hold has a limit).
+Bounded (docs/security.md: every resource a client can make the Mediator hold has a limit): a
+daemon that claims and never reports (it died) leaves its snapshot behind, so the oldest are
+dropped past ``limit``; and a run whose contract is longer than ``max_bytes`` is not kept at all
+(its result reads), so the snapshots hold at most ``limit × max_bytes`` of contract text however
+large the contracts a submitter sends (1 MiB each at most).
 """
 
 from __future__ import annotations
@@ -21,18 +23,24 @@ from collections import OrderedDict
 
 from mediator.rows import ResultSource
 
-LIMIT = 4096
+LIMIT = 1024  # snapshots: about one per busy node is what a lab uses
+MAX_BYTES = 8192  # of a run's contract text: larger runs' results read (a one-step run: ~300)
 
 
 class ClaimedRuns:
     """Snapshots by (run_id, seq, node_id, attempt), oldest dropped first past ``limit``."""
 
-    def __init__(self, limit: int = LIMIT) -> None:
+    def __init__(self, limit: int = LIMIT, max_bytes: int = MAX_BYTES) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._snapshots: OrderedDict[tuple[str, int, str, int], ResultSource] = OrderedDict()
 
-    def keep(self, node_id: str, seq: int, src: ResultSource) -> None:
+    def keep(self, node_id: str, seq: int, src: ResultSource, size: int) -> None:
+        """Keep what a claim of step ``seq`` by ``node_id`` left; ``size`` is the length of
+        the run's contract text (a larger one than ``max_bytes`` is not kept)."""
+        if size > self.max_bytes:
+            return
         step = next(s for s in src.steps if s.seq == seq)
         key = (src.run.run_id, seq, node_id, step.attempt)
         with self._lock:

@@ -168,9 +168,10 @@ def claim(ctx: Context, run_id: str, seq: int, node_id: str, instance: str | Non
     # concurrent change between the two statements) tries the claim again.
     for _ in range(3):
         with ctx.store.autocommit() as tx:
-            src = tx.claim_step(run_id, seq, node_id, instance)
-            if src is not None:
-                ctx.claimed.keep(node_id, seq, src)  # the result's read, done (issue 13)
+            claimed = tx.claim_step(run_id, seq, node_id, instance)
+            if claimed is not None:
+                src, size = claimed
+                ctx.claimed.keep(node_id, seq, src, size)  # the result's read, done (issue 13)
                 return next(s for s in src.steps if s.seq == seq)
             why = tx.claim_refusal(run_id, seq, node_id)
         refuse_claim(run_id, seq, node_id, instance, why)

@@ -404,11 +404,15 @@ class Tx:
     # ---- lifecycle writes ----------------------------------------------------------------------
     def claim_step(
         self, run_id: str, seq: int, node_id: str, instance: str | None
-    ) -> ResultSource | None:
+    ) -> tuple[ResultSource, int] | None:
         """The guarded claim and its event in one statement; None when a condition failed.
-        Else the run as the claim left it, in :meth:`result_source`'s shape (issue 13)."""
+        Else the run as the claim left it, in :meth:`result_source`'s shape (issue 13), and
+        the length of its contract's text (what keeping it would weigh)."""
         params = {"run_id": run_id, "seq": seq, "node_id": node_id, "instance": instance}
-        return _result_source(run_id, self._rows("claim_step", params))
+        rows = self._rows("claim_step", params)
+        size = int(rows[0].pop("size")) if rows else 0
+        src = _result_source(run_id, rows)
+        return (src, size) if src is not None else None
 
     def claim_refusal(self, run_id: str, seq: int, node_id: str) -> ClaimRefusal | None:
         params = {"run_id": run_id, "seq": seq, "node_id": node_id}

@@ -339,13 +339,14 @@ ORDER BY s.seq
 -- result read before the claim decides again, issue 13); the step row is locked by the UPDATE
 -- itself. No row back: claim_refusal says why, read only then.
 -- The rows are result_source's, as the claim leaves the run (the claimed step from its UPDATE,
--- the others as read, the run's new version): the result that follows may decide from them
--- instead of reading again, its write guarded by that version like any result (issue 13).
+-- the others as read, the run's new version, and `size`, its contract's length — the snapshot's
+-- weight): the result that follows may decide from them instead of reading again, its write
+-- guarded by that version like any result (issue 13).
 WITH run AS (
     UPDATE runs SET version = version + 1
     WHERE run_id = %(run_id)s AND state = 'RUNNING'
     RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
-              started_at, ended_at, sealed, version
+              started_at, ended_at, sealed, version, octet_length(contract::text) AS size
 ), node AS (
     SELECT coalesce((SELECT instance FROM nodes WHERE node_id = %(node_id)s), '') AS instance,
            coalesce((SELECT drain FROM nodes WHERE node_id = %(node_id)s), '') AS drain
@@ -377,7 +378,7 @@ WITH run AS (
     FROM steps s, claimed c WHERE s.run_id = %(run_id)s AND s.seq <> c.seq
 )
 SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitter, r.created_at,
-       r.started_at, r.ended_at, r.sealed, r.version,
+       r.started_at, r.ended_at, r.sealed, r.version, r.size,
        x.seq AS s_seq, x.name AS s_name, x.kind AS s_kind, x.role AS s_role, x.uses AS s_uses,
        x."with" AS s_with_, x.after AS s_after, x.ask AS s_ask, x.state AS s_state,
        x.node_id AS s_node_id, x.instance AS s_instance, x.attempt AS s_attempt,

@@ -356,3 +356,20 @@ def test_snapshots_are_bounded_even_when_daemons_claim_and_never_report(med):
     assert len(med.ctx.claimed) == 3
     assert med.ctx.claimed.take("c29", 0, "N29", 1) is not None
     assert med.ctx.claimed.take("c0", 0, "N0", 1) is None
+
+
+def test_a_run_with_a_large_contract_is_not_kept_and_its_result_reads(med, monkeypatch):
+    # docs/security.md: what the snapshots can hold is bounded in bytes too — a contract over
+    # the cap (a submitter may send 1 MiB) is not kept; its result reads, and is the same.
+    from mediator.flows.claimed import MAX_BYTES
+
+    advert(med, "X")
+    doc = contract("large")
+    doc["steps"][0]["with"] = {"blob": "x" * (MAX_BYTES + 1)}
+    med.submit(doc)
+    (step,) = med.work("X")
+    claimed = med.claim("large", step.seq, "X", "i1")
+    assert len(med.ctx.claimed) == 0
+    sent = statements(med, monkeypatch)
+    out = med.report("large", step.seq, "X", claimed.attempt, "pass", instance="i1")
+    assert out.settled == "PASSED" and sent[:2] == ["result_source", "apply_result"]
