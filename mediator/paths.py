@@ -139,50 +139,6 @@ def write_exclusive(
         return write_new_at(dir_fd, check_part(parts[-1], "path"), data, mode=mode, sync=sync)
 
 
-def move_in(source: Path, root: Path, *parts: str) -> bool:
-    """Rename ``source`` to ``root/parts…`` unless something is there already; True if moved.
-
-    The destination folder is reached by the no-symlink walk and the rename is made relative to
-    its descriptor, so a folder swapped for a link in between cannot redirect it.
-    """
-    with _walk(root, parts[:-1]) as dir_fd:
-        name = check_part(parts[-1], "path")
-        try:
-            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            os.replace(source, name, dst_dir_fd=dir_fd)
-            return True
-    return False
-
-
-def replace_file(source: Path, root: Path, *parts: str) -> None:
-    """Rename ``source`` over ``root/parts…`` (a repair: the file there is known bad).
-
-    A rename replaces the name itself and never follows a symlink at the destination; the
-    folders on the way are walked with ``O_NOFOLLOW``.
-    """
-    with _walk(root, parts[:-1]) as dir_fd:
-        os.replace(source, check_part(parts[-1], "path"), dst_dir_fd=dir_fd)
-
-
-def sync(root: Path, *parts: str) -> None:
-    """fsync the file or folder ``root/parts…`` (no part may be a symlink): what a seal does
-    to every file of the record and to its folders before ``seal.json`` exists."""
-    with _walk(root, parts[:-1] if parts else ()) as dir_fd:
-        if not parts:
-            os.fsync(dir_fd)
-            return
-        fd = os.open(
-            check_part(parts[-1], "path"),
-            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
-            dir_fd=dir_fd,
-        )
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def make_dir(root: Path, *parts: str) -> Path:
     """``mkdir -p`` under ``root`` that refuses to pass through or end on a symlink."""
     path = confined(root, *parts)
@@ -194,16 +150,6 @@ def make_dir(root: Path, *parts: str) -> Path:
             if not stat.S_ISDIR(os.lstat(step).st_mode):
                 raise UnsafePath("A record folder is not a plain folder.", field="path") from None
     return path
-
-
-def make_read_only(root: Path, *parts: str) -> None:
-    """``chmod 0444`` without following a symlink (Linux has no ``lchmod``: open, then fchmod)."""
-    with _walk(root, parts[:-1]) as dir_fd:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-        try:
-            os.fchmod(fd, 0o444)
-        finally:
-            os.close(fd)
 
 
 def files_under(folder: Path, *, links: bool = False) -> list[str]:
