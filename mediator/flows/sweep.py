@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mediator")
 
 _CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
-_PAGE = HEAD_PAGE
 
 
 @dataclass
@@ -77,7 +76,7 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
     first = ctx.after.take_head()  # issue 13: the caller's seal read it, after its commit
     if first is None:
         with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
-            first = tx.sweep_head(_PAGE)
+            first = tx.sweep_head(HEAD_PAGE)
     classes, fleet, head = first
     if not classes:
         return report  # R13's cost argument: an empty queue costs one query
@@ -110,7 +109,7 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
     # The first page is the queue's head, read with the classes; past a full head, pages of
     # the viable classes only, in the same (created_at, run_id) order (R6).
     page: list[QueuedRun] | None = [q for q in head if q.needs_key in set(viable)]
-    more = len(head) == _PAGE
+    more = len(head) == HEAD_PAGE
     after_at: datetime | str = head[-1].created_at if head else "-infinity"
     after_id = head[-1].run_id if head else ""
     while viable and live - unavailable:
@@ -118,8 +117,8 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
             if not more:
                 break  # the queue's end: a run queued since is its submitter's to sweep (R17)
             with ctx.store.autocommit() as tx:
-                page = tx.queued_page(viable, after_at, after_id, _PAGE)
-            more = len(page) == _PAGE
+                page = tx.queued_page(viable, after_at, after_id, HEAD_PAGE)
+            more = len(page) == HEAD_PAGE
             if page:
                 after_at, after_id = page[-1].created_at, page[-1].run_id
         for q in page:

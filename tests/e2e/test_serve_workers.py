@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -104,10 +105,23 @@ def test_workers_out_of_range_exit_2_naming_the_setting(tmp_path):
         assert done.returncode == 2 and "workers" in done.stderr, done.stderr
 
 
+def _open_stream(url: str) -> tuple[socket.socket, bytes]:
+    """A raw ``GET /v1/events`` left open (nothing more is read): the socket and the response's
+    head (status line and headers)."""
+    host, port = url.removeprefix("http://").split(":")
+    s = socket.create_connection((host, int(port)), timeout=30)
+    s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        assert chunk, head
+        head += chunk
+    return s, head
+
+
 def test_the_stream_caps_hold_for_the_whole_server_not_per_worker(dsn, tmp_path):
     # docs/security.md "Event streams": with N workers each holds cap/N, so 10x the cap in
     # attempts never gets more than the cap admitted across both workers.
-    import socket
 
     cap = 4
     server = start_server(
@@ -115,19 +129,12 @@ def test_the_stream_caps_hold_for_the_whole_server_not_per_worker(dsn, tmp_path)
         env={"MEDIATOR_EVENTS_MAX_STREAMS": str(cap),
              "MEDIATOR_EVENTS_MAX_STREAMS_PER_PRINCIPAL": str(cap)},
     )  # fmt: skip
-    host, port = server.url.removeprefix("http://").split(":")
     held: list[socket.socket] = []
     try:
         statuses = []
         for _ in range(10 * cap):
-            s = socket.create_connection((host, int(port)), timeout=30)
+            s, head = _open_stream(server.url)
             held.append(s)
-            s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
-            head = b""
-            while b"\r\n" not in head:
-                chunk = s.recv(4096)
-                assert chunk, head
-                head += chunk
             statuses.append(int(head.split(b" ", 2)[1]))
         assert set(statuses) == {200, 503}
         assert 1 <= statuses.count(200) <= cap, statuses
@@ -173,7 +180,6 @@ def test_metrics_sum_every_worker_and_never_go_back_when_one_is_killed(dsn, tmp_
     # whole server's (exactly the requests this test made), no counter goes backwards from one
     # scrape to the next — not even when a worker is killed and replaced — and the open-streams
     # gauge counts the streams of the live workers only (docs/design.md §19 "Metrics").
-    import socket
 
     server = start_server(dsn, tmp_path, "--workers", "2")
     made = 0  # every HTTP request this test sent, each answered before the next scrape
@@ -220,14 +226,7 @@ def test_metrics_sum_every_worker_and_never_go_back_when_one_is_killed(dsn, tmp_
         workers = answered("/healthz", two)
         assert answered("/metrics", two) == workers
         # One event stream, held open on some worker: both workers' scrapes count it once.
-        host, port = server.url.removeprefix("http://").split(":")
-        held = socket.create_connection((host, int(port)), timeout=30)
-        held.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = held.recv(4096)
-            assert chunk, head
-            head += chunk
+        held, head = _open_stream(server.url)
         made += 1
         streaming = next(
             line.split(b":", 1)[1].strip().decode()
