@@ -29,6 +29,7 @@ from typing import Any
 
 from mediator import Config, Conflict, Mediator
 from mediator.match import Advert, Assignment, match
+from sim.affinity import claim_cpu
 from sim.core import to_us
 from sim.driver import Driver
 from sim.fleet import Daemon
@@ -176,12 +177,20 @@ class MediatorBroker:
         run_id = self.plan.arrivals[run].run_id
         try:
             with self._call("report"):
-                self.med.report(run_id, step, self.ids[node], attempt, outcome, instance=instance)
+                res = self.med.report(run_id, step, self.ids[node], attempt, outcome,
+                                      instance=instance)  # fmt: skip
         except Conflict as exc:
             if exc.code != "run_ended":
                 self.violations.append(
                     f"result refused at {self.clock()}: {exc.code} {run_id}/{step}"
                 )
+            return  # the run had ended: nothing of it left to claim or answer
+        if res.settled:
+            # The run ended with this result, its leases released: its nodes' next poll could
+            # only come back empty (a node a sweep leased again was touched by that sweep), so
+            # they make none — as the reference model, whose ended runs touch nothing.
+            self.assigned.pop(run, None)
+            return
         self.touched.append(run)
 
     def asked(self, run: int) -> Iterable[int]:
@@ -344,7 +353,14 @@ def simulate(
     dsn = fresh_database(database_url, template)
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else None
     records = keep_records or tempfile.mkdtemp(prefix="sim-records-", dir=parent)
-    med = Mediator.connect(dsn, config, clock, records_root=records, pool_size=2)
+    cpu = claim_cpu()  # the loop and its server processes on one CPU (sim/affinity.py)
+    try:
+        med = Mediator.connect(dsn, config, clock, records_root=records, pool_size=2,
+                               on_backend=cpu.pin if cpu is not None else None)  # fmt: skip
+    except BaseException:
+        if cpu is not None:
+            cpu.release()
+        raise
     bar: Any = None
     callback: Callable[[int], None] | None = progress if callable(progress) else None
     if progress is True:
@@ -371,6 +387,8 @@ def simulate(
         med.close()
         raise
     finally:
+        if cpu is not None:
+            cpu.release()
         if bar is not None:
             bar.update(broker.counts["submit"] - bar.n)
             bar.close()

@@ -112,10 +112,13 @@ class Mediator:
         pool_size: int = 8,
         startup_wake: bool = True,
         data_dir: str | None = None,
+        on_backend: Callable[[int], None] | None = None,
     ) -> Mediator:
         """Connect to ``database_url`` (or ``MEDIATOR_DATABASE_URL``, or the config's), else start
         an embedded PostgreSQL (throw-away, or persistent in ``data_dir``); load the schema if the
-        database is empty; seal what a crash left unsealed and wake once (wake 5)."""
+        database is empty; seal what a crash left unsealed and wake once (wake 5).
+        ``on_backend`` gets the server pid of each new local connection (the simulator's CPU
+        pinning, sim/affinity.py)."""
         config = config or Config()
         url = database_url or os.environ.get("MEDIATOR_DATABASE_URL") or config.database_url
         embedded = None
@@ -123,7 +126,7 @@ class Mediator:
             embedded = EmbeddedPostgres(data_dir)
             url = embedded.dsn()
         try:
-            store = Store(url, clock, max_size=pool_size)
+            store = Store(url, clock, max_size=pool_size, on_backend=on_backend)
         except BaseException:
             if embedded is not None:
                 embedded.stop()

@@ -642,6 +642,9 @@ class Store:
         clock: when given, every transaction sets ``mediator.now`` to ``clock()`` first.
         max_size: pool size; the simulator needs one connection, the HTTP API one per worker.
         lock_timeout_ms: a short lock wait turns a stuck lease insert into NodeTaken (§7).
+        on_backend: called with the server process id of every new connection made over a unix
+            socket (so the process is on this machine); the simulator pins it to its own CPU
+            (sim/affinity.py). A failure in it is logged and the connection used all the same.
     """
 
     def __init__(
@@ -651,8 +654,10 @@ class Store:
         *,
         max_size: int = 8,
         lock_timeout_ms: int = 2000,
+        on_backend: Callable[[int], None] | None = None,
     ) -> None:
         self.dsn = dsn
+        self._on_backend = on_backend
         self.clock = clock
         self._conn_now: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._lock_timeout_ms = lock_timeout_ms
@@ -777,6 +782,13 @@ class Store:
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
         # Timestamps leave the database as UTC whatever the server's zone (records, /v1/events).
         conn.execute("SET TIME ZONE 'UTC'")
+        # A unix socket's host is its directory: the server process is on this machine, so its
+        # pid means something here (a TCP peer's pid would name an unrelated local process).
+        if self._on_backend is not None and (conn.info.host or "").startswith("/"):
+            try:
+                self._on_backend(conn.info.backend_pid)
+            except Exception:
+                log.warning("the new connection's on_backend hook failed", exc_info=True)
 
     def _ensure_schema(self) -> None:
         with self.pool.connection() as conn:
