@@ -16,6 +16,13 @@ Two kinds of figures, kept apart because they add up differently:
   goes backwards — and the open-streams gauge (``livesum``) over the live ones: the parent calls
   ``mark_process_dead`` for each worker that ends. Why this library mode and not our own: see
   docs/design.md §19 "Metrics of a server with workers".
+- **Dead workers' files are folded** (:func:`fold_dead`): the parent adds a dead worker's counter
+  and histogram values into one ``*_archive.db`` pair and deletes its files, so a server whose
+  workers restart a thousand times holds files for its live workers plus two, and a scrape reads
+  that many — not one pair per worker it ever ran. A scrape reads the files under a shared
+  ``flock`` of ``.lock`` in the directory and the fold takes it exclusively, so no scrape sees a
+  value both in the archive and in the dead worker's file, or in neither: the sums never move
+  backwards.
 
 Without that variable (``--workers 1``, ``create_app`` in tests and the simulator) the same
 instruments live in the app's own registry, as plain in-memory values.
@@ -23,6 +30,8 @@ instruments live in the app's own registry, as plain in-memory values.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import time
 from collections.abc import Iterator
@@ -54,6 +63,59 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 def multiproc_dir() -> str | None:
     """The private metrics directory of this server's processes, or None (in-process mode)."""
     return os.environ.get(MULTIPROC_ENV) or None
+
+
+_LOCK = ".lock"  # not *.db: the collector never reads it
+_FOLDED = ("counter", "histogram")  # summed over every process; gauges here are live* (dropped)
+
+
+@contextlib.contextmanager
+def _files_locked(path: str, exclusive: bool) -> Iterator[None]:
+    """Hold ``path``'s metrics lock: shared to read the files, exclusive to fold them."""
+    fd = os.open(os.path.join(path, _LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def fold_dead(pid: int, path: str) -> None:
+    """A worker ended: drop its live gauges (``mark_process_dead``) and add its counters and
+    histograms into the directory's archive files, then delete its own — under the exclusive
+    lock, so a scrape sees the values in exactly one place (module docstring)."""
+    from prometheus_client.mmap_dict import MmapedDict
+    from prometheus_client.multiprocess import mark_process_dead
+
+    with _files_locked(path, exclusive=True):
+        mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+        for kind in _FOLDED:
+            dead = os.path.join(path, f"{kind}_{int(pid)}.db")
+            try:
+                values = MmapedDict.read_all_values_from_file(dead)  # type: ignore[no-untyped-call]
+            except FileNotFoundError:
+                continue  # it never counted anything of this kind
+            archive = MmapedDict(os.path.join(path, f"{kind}_archive.db"))  # type: ignore[no-untyped-call]
+            try:
+                for key, value, timestamp, _pos in values:
+                    before, _ = archive.read_value(key)  # type: ignore[no-untyped-call]
+                    archive.write_value(key, before + value, timestamp)  # type: ignore[no-untyped-call]
+            finally:
+                archive.close()  # type: ignore[no-untyped-call]
+            os.unlink(dead)
+
+
+class _LockedFiles:
+    """Every process's files, read under the shared lock (see :func:`fold_dead`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.files = MultiProcessCollector(None, path=path)  # type: ignore[no-untyped-call]
+
+    def collect(self) -> list[Any]:
+        with _files_locked(self.path, exclusive=False):
+            return list(self.files.collect())  # type: ignore[no-untyped-call]
 
 
 class _FleetCollector:
@@ -169,7 +231,7 @@ class Metrics:
             self.instruments = Instruments(self.registry)
         else:
             self.instruments = Instruments(None)
-            MultiProcessCollector(self.registry, path=path)  # type: ignore[no-untyped-call]
+            self.registry.register(_LockedFiles(path))
         self.instruments.watch(med)
 
     def render(self) -> tuple[bytes, str]:

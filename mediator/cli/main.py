@@ -17,9 +17,11 @@ import logging
 import multiprocessing
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -133,6 +135,42 @@ def serve(args: argparse.Namespace) -> int:
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # mediator/api/metrics.py; prometheus_client's switch
 
 
+_METRICS_PREFIX = "mediator-metrics-"  # then the serving parent's pid, then mkdtemp's letters
+_METRICS_NAME = re.compile(rf"{_METRICS_PREFIX}([0-9]{{1,10}})-[A-Za-z0-9_]+")
+
+
+def _remove_orphaned_metrics() -> None:
+    """Remove the metrics directories of servers that died without their cleanup (SIGKILL, a
+    power cut): ours by name and owner, a real directory (not a symlink), and their parent's
+    pid no longer alive. A live server's directory, another account's, or anything that does
+    not look like ours stays."""
+    parent = tempfile.gettempdir()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        m = _METRICS_NAME.fullmatch(name)
+        if m is None:
+            continue
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its server is alive (or the pid is taken again: then it stays too)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # fd-based: follows no symlink inside
+        log.info("removed %s, the metrics of a server that is gone", path)
+
+
 @contextlib.contextmanager
 def _metrics_mode(workers: int) -> Iterator[bool]:
     """Choose prometheus_client's mode for this server before anything imports it (it reads the
@@ -150,7 +188,8 @@ def _metrics_mode(workers: int) -> Iterator[bool]:
         yield False
         return
     fresh = "prometheus_client" not in sys.modules
-    path = tempfile.mkdtemp(prefix="mediator-metrics-")
+    _remove_orphaned_metrics()
+    path = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
     os.environ[MULTIPROC_ENV] = path
     try:
         yield fresh
@@ -504,12 +543,16 @@ class Workers:
 
 
 def _buried(pid: int) -> None:
-    """A worker ended: its live gauges (open streams) leave /metrics; its counters stay."""
+    """A worker ended: its live gauges (open streams) leave /metrics; its counters stay, folded
+    into the directory's archive files (mediator/api/metrics.py)."""
     path = os.environ.get(MULTIPROC_ENV)
     if path:
-        from prometheus_client.multiprocess import mark_process_dead
+        from mediator.api.metrics import fold_dead
 
-        mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+        try:
+            fold_dead(pid, path)
+        except OSError:
+            log.exception("folding the metrics of worker %d failed; its files stay", pid)
 
 
 def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> None:

@@ -258,6 +258,11 @@ def test_metrics_sum_every_worker_and_never_go_back_when_one_is_killed(dsn, tmp_
         now = answered("/healthz", lambda seen: bool(seen - {survivor, streaming}))
         newcomer = now - {survivor, streaming}
         answered("/metrics", lambda seen: seen >= {survivor, *newcomer})
+        # The killed worker's counts were folded into the archive files and its own files
+        # deleted (the stream gauge reads 0 only after that fold): files for live workers only.
+        names = sorted(p.name for p in _metrics_dir(survivor).iterdir())
+        assert not [n for n in names if n.endswith(f"_{streaming}.db")], names
+        assert "counter_archive.db" in names and "histogram_archive.db" in names, names
         assert server.process.stop(timeout=30) == 0
     finally:
         if held is not None:
