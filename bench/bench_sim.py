@@ -4,11 +4,11 @@ seconds per wall second on ``steady`` (one-step runs), against PostgreSQL.
 Baseline measured in the same run: the reference model on the same plan (P5's engine), so the
 ratio shows what the database round trips cost. Target: ≥ 300 runs per wall second on 2 cores.
 
-Beside the wall-clock ratio, the same ratio in CPU time: the simulation's own CPU plus its
-embedded cluster's (the postmaster and every server process, the exited ones through the
-postmaster's children's times) against the model's CPU. On a shared virtual machine the model's
-40-ms samples swing by 3× with the host's load, and CPU time does not count the time the machine
-ran someone else, so this ratio moves far less from run to run than the wall-clock one.
+Beside the wall-clock ratio, the same ratio in CPU time, with the real run's CPU split between
+the simulation's process and its embedded cluster (the postmaster and every server process, the
+exited ones through the postmaster's children's times): where a simulated run's time goes,
+client or server. (On a shared virtual machine it swings with the host's load as much as the
+wall-clock ratio does: the model's 10-ms samples vary 2–3× in CPU time too.)
 
 Run: ``.venv/bin/python bench/bench_sim.py [--runs 3000]`` (``MEDIATOR_SIM_PIN=0``: without the
 simulation's CPU pinning, sim/affinity.py).
