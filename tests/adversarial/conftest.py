@@ -40,7 +40,7 @@ TOKENS = {
     "client2": "tok-client-2",
     "admin": "tok-admin",
 }
-LEAKS = ("traceback", "psycopg", "site-packages", 'file "', ".py\"", "select ", "insert into")
+LEAKS = ("traceback", "psycopg", "site-packages", 'file "', '.py"', "select ", "insert into")
 TABLES = ("runs", "steps", "nodes", "leases", "asks", "events", "needs_classes")
 
 # attack class → Counter(tried, clean, unsafe); printed by pytest_terminal_summary.

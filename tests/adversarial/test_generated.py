@@ -29,9 +29,9 @@ PIECES = [".", "..", "/", "\\", "%2e", "%2E", "%2f", "%5c", "%00", "\x00", "\udc
           "\u2024", "\uff0e", "\u2025", "a", "Z", "0", "_", "-", " ", "~", ":",
           "\u00e9"]  # fmt: skip
 ids = st.lists(st.sampled_from(PIECES), min_size=0, max_size=6).map("".join) | st.text(max_size=8)
-junk_text = st.text(
-    alphabet=st.characters(exclude_categories=()), max_size=20
-) | st.lists(st.sampled_from(["\x00", "\udc00", "\ud800", "a", "\u2400", "\ufffd"])).map("".join)
+junk_text = st.text(alphabet=st.characters(exclude_categories=()), max_size=20) | st.lists(
+    st.sampled_from(["\x00", "\udc00", "\ud800", "a", "\u2400", "\ufffd"])
+).map("".join)
 
 
 def _allowed(value: str) -> bool:

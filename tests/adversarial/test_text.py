@@ -92,8 +92,7 @@ def test_a_log_with_junk_is_stored_escaped_and_the_node_goes_on(lab: Lab, junk):
     assert ok(lab.http.send("GET", f"/v1/runs/{run}")).json()["state"] == "PASSED"
     stored = ok(lab.http.send("GET", f"/v1/runs/{run}/record/steps/0000-flash.log")).body
     expected = "".join(
-        "\u2400" if ch == "\x00" else "\ufffd" if "\ud800" <= ch <= "\udfff" else ch
-        for ch in junk
+        "\u2400" if ch == "\x00" else "\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in junk
     )
     assert stored.decode("utf-8") == expected
     free_node_gets_work(lab, node)
