@@ -373,3 +373,39 @@ def test_a_run_with_a_large_contract_is_not_kept_and_its_result_reads(med, monke
     sent = statements(med, monkeypatch)
     out = med.report("large", step.seq, "X", claimed.attempt, "pass", instance="i1")
     assert out.settled == "PASSED" and sent[:2] == ["result_source", "apply_result"]
+
+
+def _claims_snapshot_and_a_fresh_read(med: Mediator, run_id: str, node: str) -> ResultSource:
+    """Claim ``node``'s lowest claimable step of ``run_id``; its snapshot must be exactly the
+    ``result_source`` read taken right after it. The two statements list the run's, steps' and
+    node's columns separately (queries.sql ``claim_step`` and ``result_source``): a column added
+    to one and not the other would make results decide from a different run than a read gives."""
+    step = min((w for w in med.work(node) if w.run_id == run_id), key=lambda w: w.seq)
+    claimed = med.claim(run_id, step.seq, node, "i1")
+    kept = med.ctx.claimed.take(run_id, step.seq, node, claimed.attempt)
+    assert kept is not None, "a small run's claim keeps its snapshot"
+    with med.store.autocommit() as tx:
+        read = tx.result_source(run_id, node)
+    assert kept == read
+    return kept
+
+
+def test_a_claims_snapshot_is_exactly_what_a_fresh_read_returns(med):
+    # issue 13 (the claim's snapshot): every shape a result decides from — several steps with
+    # `after`, a step already PASSED, a parameterised `with`, two roles with an at-boundary
+    # drained node among the leases, and an ask step waiting.
+    advert(med, "X", board="x")
+    advert(med, "Y", board="y")
+    doc = contract("shapes", steps=2, dut={"board": "x"}, aux={"board": "y"})
+    doc["steps"][1]["after"] = ["dut-0"]
+    doc["steps"][1]["with"] = {"cmd": "make", "args": ["-j", 2**70], "env": {"K": None}}
+    doc["steps"].append({"name": "check", "kind": "ask", "ask": "Looks right?", "after": ["dut-1"]})
+    assert med.submit(doc).status == 201
+    _claims_snapshot_and_a_fresh_read(med, "shapes", "X")  # dut-0; dut-1 waits on it
+    med.report("shapes", 0, "X", 1, "pass", instance="i1")
+    _claims_snapshot_and_a_fresh_read(med, "shapes", "Y")  # aux-0
+    advert(med, "Y", drain="at-boundary", board="y")  # Y keeps its lease while aux-0 runs
+    last = _claims_snapshot_and_a_fresh_read(med, "shapes", "X")  # dut-1: after a PASSED step
+    assert [(x.node_id, x.drain) for x in last.leases] == [("X", ""), ("Y", "at-boundary")]
+    assert [s.state for s in last.steps] == ["PASSED", "CLAIMED", "CLAIMED", "PENDING", "PENDING"]
+    assert last.steps[1].with_["args"] == ["-j", 2**70] and last.node is not None
