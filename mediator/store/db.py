@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import psycopg
 import psycopg.errors
-from psycopg.rows import class_row, dict_row, tuple_row
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
@@ -181,6 +181,59 @@ def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
     return classes, fleet, head
 
 
+# One cursor per connection and statement (issue 13, docs/performance.md): a cursor keeps its
+# adaptation state (psycopg's Transformer, with the loaders it made for each column type) only
+# while it runs the same query again, so a fresh cursor per statement — or one cursor taking
+# turns between statements — made it all anew every time: about 20 µs per statement of a
+# simulated run. The cursors live on their connection (so they go with it: a cache keyed by the
+# connection elsewhere would keep it alive through each cursor's reference to it), and each
+# result is freed as soon as its rows are read, so a cursor holds no rows between two runs of its
+# statement.
+class _Connection(psycopg.Connection[Any]):
+    """The pool's connections: psycopg's, with the store's kept cursors."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statement_cursors: dict[tuple[str, Any], psycopg.Cursor[Any]] = {}
+
+
+_NAMES: dict[str, tuple[str, ...]] = {}  # a statement's column names: fixed by its SQL text
+_MAKERS: dict[tuple[str, Any], Any] = {}
+
+
+def _row_maker(name: str, shape: Any) -> Any:
+    """A row factory for statement ``name``: ``dict`` rows, ``tuple`` rows or instances of the
+    row class ``shape`` (psycopg's dict_row and class_row, but the column names are read from
+    the first result and kept: the same statement always has the same columns)."""
+    known = _MAKERS.get((name, shape))
+    if known is not None:
+        return known
+
+    def factory(cur: psycopg.Cursor[Any]) -> Any:
+        names = _NAMES.get(name)
+        if names is None:
+            res = cur.pgresult
+            if res is None or not res.nfields:
+                return tuple
+            names = _NAMES[name] = tuple((res.fname(i) or b"").decode() for i in range(res.nfields))
+        if shape is dict or shape is None:
+            return lambda values: dict(zip(names, values, strict=True))
+        if shape is tuple:
+            return tuple
+        return lambda values: shape(**dict(zip(names, values, strict=True)))
+
+    _MAKERS[name, shape] = factory
+    return factory
+
+
+def _release(cur: psycopg.Cursor[Any]) -> None:
+    """Free the result a cursor still points at (its rows are read): a kept cursor must not hold
+    a large run's contract until its statement runs again."""
+    res = cur.pgresult
+    if res is not None:
+        res.clear()
+
+
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -201,24 +254,41 @@ class Tx:
         ) as exc:
             raise NodeTaken("A node of this assignment was taken by another run.") from exc
 
-    def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> list[Any]:
+    def _cursor(self, name: str, shape: Any = dict) -> psycopg.Cursor[Any]:
+        """This connection's cursor for statement ``name``, made once (see :func:`_row_maker`)."""
+        cursors = getattr(self.conn, "statement_cursors", None)
+        if cursors is None:  # a connection that is not the pool's: a cursor for this call
+            return self.conn.cursor(row_factory=_row_maker(name, shape))
+        cur: psycopg.Cursor[Any] | None = cursors.get((name, shape))
+        if cur is None:
+            cur = cursors[name, shape] = self.conn.cursor(row_factory=_row_maker(name, shape))
+        return cur
+
+    def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = dict) -> list[Any]:
+        """Statement ``name``'s rows: dicts, tuples (``row=tuple``) or instances of a row class."""
         check_edges(params or {})
-        with self.conn.cursor(row_factory=row or dict_row) as cur:
+        cur = self._cursor(name, row)
+        try:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             # pgresult.nfields, not description: description builds a Column per column on
             # every call, and the row factory builds it once more (issue 13: per-statement cost)
             res = cur.pgresult
             return cur.fetchall() if res is not None and res.nfields else []
+        finally:
+            _release(cur)
 
-    def _one(self, name: str, params: dict[str, Any] | None = None, row: Any = None) -> Any:
+    def _one(self, name: str, params: dict[str, Any] | None = None, row: Any = dict) -> Any:
         rows = self._rows(name, params, row)
         return rows[0] if rows else None
 
     def _exec(self, name: str, params: dict[str, Any] | None = None) -> int:
         check_edges(params or {})
-        with self.conn.cursor() as cur:
+        cur = self._cursor(name, None)
+        try:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.rowcount
+        finally:
+            _release(cur)
 
     # ---- reads -------------------------------------------------------------------------------
     def observed_at(self) -> datetime:
@@ -232,12 +302,12 @@ class Tx:
         self, roles: dict[str, dict[str, Any]], run_id: str | None
     ) -> tuple[bool, list[FleetNode]]:
         """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
-        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple_row)
+        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple)
         fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
         return bool(rows and rows[0][0]), fleet
 
     def live_adverts(self) -> list[LiveAdvert]:
-        return self._rows("live_adverts", row=class_row(LiveAdvert))
+        return self._rows("live_adverts", row=LiveAdvert)
 
     def busy_nodes(self) -> set[str]:
         return {r["node_id"] for r in self._rows("busy_nodes")}
@@ -260,10 +330,10 @@ class Tx:
         self, state: str | None, work_id: str | None, since: datetime | None, limit: int
     ) -> list[RunSummary]:
         params = {"state": state, "work_id": work_id, "since": since, "limit": limit}
-        return self._rows("list_runs", params, row=class_row(RunSummary))
+        return self._rows("list_runs", params, row=RunSummary)
 
     def list_queued(self) -> list[QueuedRun]:
-        return self._rows("list_queued", row=class_row(QueuedRun))
+        return self._rows("list_queued", row=QueuedRun)
 
     def sweep_head(self, limit: int, sealed: str | None = None) -> SweepHead:
         """The waiting needs classes, the live fleet (node_id order) and the first ``limit``
@@ -276,7 +346,7 @@ class Tx:
         self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int
     ) -> list[QueuedRun]:
         params = {"keys": list(keys), "after_at": after_at, "after_id": after_id, "limit": limit}
-        return self._rows("queued_page", params, row=class_row(QueuedRun))
+        return self._rows("queued_page", params, row=QueuedRun)
 
     def queue_position(self, run_id: str) -> int:
         return int(self._one("queue_position", {"run_id": run_id})["position"])
@@ -285,7 +355,7 @@ class Tx:
         """Position and needs of the QUEUED runs among ``run_ids``, in one statement (issue 15
         §4: a page of ``GET /v1/runs`` costs the same however many rows are queued)."""
         params = {"run_ids": list(run_ids)}
-        return self._rows("queued_details", params, row=class_row(QueuedDetail))
+        return self._rows("queued_details", params, row=QueuedDetail)
 
     def live_contract(self, run_id: str) -> dict[str, Any] | None:
         r = self._one("live_contract", {"run_id": run_id})
@@ -293,13 +363,13 @@ class Tx:
 
     def get_run(self, run_id: str, *, lock: bool = False) -> Run | None:
         name = "lock_run" if lock else "get_run"
-        return self._one(name, {"run_id": run_id}, row=class_row(Run))  # type: ignore[no-any-return]
+        return self._one(name, {"run_id": run_id}, row=Run)  # type: ignore[no-any-return]
 
     def steps(self, run_id: str) -> list[Step]:
-        return self._rows("run_steps", {"run_id": run_id}, row=class_row(Step))
+        return self._rows("run_steps", {"run_id": run_id}, row=Step)
 
     def seal_source(self, run_id: str) -> SealSource | None:
-        return self._one("seal_source", {"run_id": run_id}, row=class_row(SealSource))  # type: ignore[no-any-return]
+        return self._one("seal_source", {"run_id": run_id}, row=SealSource)  # type: ignore[no-any-return]
 
     def mark_sealed(self, run_id: str) -> bool:
         """Mark the run's record sealed; returns whether any run is QUEUED, read now."""
@@ -310,10 +380,10 @@ class Tx:
 
     # ---- lifecycle reads -----------------------------------------------------------------------
     def work(self, node_id: str) -> list[Step]:
-        return self._rows("work", {"node_id": node_id}, row=class_row(Step))
+        return self._rows("work", {"node_id": node_id}, row=Step)
 
     def lock_steps(self, run_id: str) -> list[Step]:
-        return self._rows("lock_steps", {"run_id": run_id}, row=class_row(Step))
+        return self._rows("lock_steps", {"run_id": run_id}, row=Step)
 
     def lock_run_steps(
         self, run_id: str, node_id: str | None = None
@@ -335,22 +405,22 @@ class Tx:
 
     def run_leases(self, run_id: str) -> list[RunLease]:
         """The run's leases in node_id order, locked, with each node's drain policy."""
-        return self._rows("run_leases", {"run_id": run_id}, row=class_row(RunLease))
+        return self._rows("run_leases", {"run_id": run_id}, row=RunLease)
 
     def node_leases(self, node_id: str) -> list[NodeLease]:
-        return self._rows("node_leases", {"node_id": node_id}, row=class_row(NodeLease))
+        return self._rows("node_leases", {"node_id": node_id}, row=NodeLease)
 
     def expired_lease_runs(self) -> list[str]:
         return [r["run_id"] for r in self._rows("expired_lease_runs")]
 
     def open_asks(self) -> list[Ask]:
-        return self._rows("open_asks", row=class_row(Ask))
+        return self._rows("open_asks", row=Ask)
 
     def get_ask(self, ask_id: int) -> AskStatus | None:
-        return self._one("get_ask", {"ask_id": ask_id}, row=class_row(AskStatus))  # type: ignore[no-any-return]
+        return self._one("get_ask", {"ask_id": ask_id}, row=AskStatus)  # type: ignore[no-any-return]
 
     def lock_ask(self, ask_id: int) -> AskStatus | None:
-        return self._one("lock_ask", {"ask_id": ask_id}, row=class_row(AskStatus))  # type: ignore[no-any-return]
+        return self._one("lock_ask", {"ask_id": ask_id}, row=AskStatus)  # type: ignore[no-any-return]
 
     def events_since(self, tx: int, after: int, limit: int = 500) -> list[tuple[int, Event]]:
         """Events after the place ``(tx, after)``, in (tx, id) order (issue 13 §6): each with the
@@ -416,7 +486,7 @@ class Tx:
 
     def claim_refusal(self, run_id: str, seq: int, node_id: str) -> ClaimRefusal | None:
         params = {"run_id": run_id, "seq": seq, "node_id": node_id}
-        return self._one("claim_refusal", params, row=class_row(ClaimRefusal))  # type: ignore[no-any-return]
+        return self._one("claim_refusal", params, row=ClaimRefusal)  # type: ignore[no-any-return]
 
     def result_source(self, run_id: str, node_id: str) -> ResultSource | None:
         """The run, its version, steps, the node's row and the run's leases, in one unlocked
@@ -568,7 +638,7 @@ class Tx:
             "ttl": ttl_s,
             "lease_ttl": lease_ttl_s,
         }
-        return self._one("upsert_advert", params, row=class_row(AdvertResult))  # type: ignore[no-any-return]
+        return self._one("upsert_advert", params, row=AdvertResult)  # type: ignore[no-any-return]
 
     def create_run(
         self,
@@ -618,7 +688,7 @@ class Tx:
         return Run(**head, steps=steps_out)
 
     def raise_asks(self, run_id: str) -> list[Ask]:
-        return self._rows("raise_asks", {"run_id": run_id}, row=class_row(Ask))
+        return self._rows("raise_asks", {"run_id": run_id}, row=Ask)
 
     def insert_events(self, events: list[dict[str, Any]]) -> None:
         if events:
@@ -689,6 +759,7 @@ class Store:
             max_size=self._max_size,
             # A bounded connect (libpq's minimum): an unreachable host fails in seconds.
             kwargs={"autocommit": True, "prepare_threshold": 0, "connect_timeout": 2},
+            connection_class=_Connection,
             configure=self._configure,
             open=True,
             # How long a request waits for a connection before it is answered 503: long
