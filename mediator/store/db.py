@@ -83,13 +83,15 @@ _LONG_DIGITS = re.compile(rb"\d{19}")
 
 
 def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
-    raw = data.encode() if isinstance(data, str) else bytes(data)
+    # psycopg hands a memoryview over its result: the scan and orjson read it in place (a copy
+    # per value cost more than the scan); only json needs bytes.
+    raw = data.encode() if isinstance(data, str) else data
     if _LONG_DIGITS.search(raw) is None:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # json's own error (or its answer) then
-    return json.loads(raw)
+    return json.loads(bytes(raw))
 
 
 def _json_dumps(obj: Any) -> bytes | str:
