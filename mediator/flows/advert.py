@@ -35,8 +35,10 @@ def advert(
     drain: str = "",
     principal: str | None = None,
 ) -> float:
-    """A node's heartbeat: upsert, renew its lease; wakes only on drain release (6) or a
-    node's return (7). Returns ``advert_ttl_seconds`` so nodes pace themselves."""
+    """A node's heartbeat: upsert, renew its lease; wakes only when capacity may have appeared
+    — a restart or at-boundary drain released a node (4), a drain lifted (6), the node returned
+    (7), its capabilities changed (9); a steady heartbeat never sweeps (R14). Returns
+    ``advert_ttl_seconds`` so nodes pace themselves."""
     if not contract_mod.valid_run_id(node_id):
         raise ContractError(
             "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
