@@ -200,16 +200,12 @@ class _Connection(psycopg.Connection[Any]):
 
 
 _NAMES: dict[str, tuple[str, ...]] = {}  # a statement's column names: fixed by its SQL text
-_MAKERS: dict[tuple[str, Any], Any] = {}
 
 
 def _row_maker(name: str, shape: Any) -> Any:
     """A row factory for statement ``name``: ``dict`` rows, ``tuple`` rows or instances of the
     row class ``shape`` (psycopg's dict_row and class_row, but the column names are read from
     the first result and kept: the same statement always has the same columns)."""
-    known = _MAKERS.get((name, shape))
-    if known is not None:
-        return known
 
     def factory(cur: psycopg.Cursor[Any]) -> Any:
         names = _NAMES.get(name)
@@ -218,13 +214,12 @@ def _row_maker(name: str, shape: Any) -> Any:
             if res is None or not res.nfields:
                 return tuple
             names = _NAMES[name] = tuple((res.fname(i) or b"").decode() for i in range(res.nfields))
-        if shape is dict or shape is None:
+        if shape is dict:
             return lambda values: dict(zip(names, values, strict=True))
         if shape is tuple:
             return tuple
         return lambda values: shape(**dict(zip(names, values, strict=True)))
 
-    _MAKERS[name, shape] = factory
     return factory
 
 
@@ -239,7 +234,7 @@ def _release(cur: psycopg.Cursor[Any]) -> None:
 class Tx:
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
-    def __init__(self, conn: psycopg.Connection[Any], now: datetime | None = None) -> None:
+    def __init__(self, conn: _Connection, now: datetime | None = None) -> None:
         self.conn = conn
         self.now = now  # the clock's instant for every statement of this Tx (None: the server's)
 
@@ -258,10 +253,8 @@ class Tx:
 
     def _cursor(self, name: str, shape: Any = dict) -> psycopg.Cursor[Any]:
         """This connection's cursor for statement ``name``, made once (see :func:`_row_maker`)."""
-        cursors = getattr(self.conn, "statement_cursors", None)
-        if cursors is None:  # a connection that is not the pool's: a cursor for this call
-            return self.conn.cursor(row_factory=_row_maker(name, shape))
-        cur: psycopg.Cursor[Any] | None = cursors.get((name, shape))
+        cursors = self.conn.statement_cursors
+        cur = cursors.get((name, shape))
         if cur is None:
             cur = cursors[name, shape] = self.conn.cursor(row_factory=_row_maker(name, shape))
         return cur
@@ -269,7 +262,7 @@ class Tx:
     def _rows(self, name: str, params: dict[str, Any] | None = None, row: Any = dict) -> list[Any]:
         """Statement ``name``'s rows: dicts, tuples (``row=tuple``) or instances of a row class."""
         check_edges(params or {})
-        cur = self._cursor(name, row)
+        cur = self._cursor(name, row or dict)
         try:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             # pgresult.nfields, not description: description builds a Column per column on
@@ -285,7 +278,7 @@ class Tx:
 
     def _exec(self, name: str, params: dict[str, Any] | None = None) -> int:
         check_edges(params or {})
-        cur = self._cursor(name, None)
+        cur = self._cursor(name, dict)
         try:
             cur.execute(QUERIES[name], {**(params or {}), "now": self.now}, prepare=True)
             return cur.rowcount
@@ -754,7 +747,7 @@ class Store:
             ) from exc
         self._ensure_schema()
 
-    def _new_pool(self) -> ConnectionPool[Any]:
+    def _new_pool(self) -> ConnectionPool[_Connection]:
         return ConnectionPool(
             self.dsn,
             min_size=1,
@@ -904,7 +897,7 @@ class Store:
         return 1.0 if self._down_since is not None else None  # None: the pool's own (5 s)
 
     @contextmanager
-    def _connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, timeout: float | None = None) -> Iterator[_Connection]:
         """``pool.connection()``, but a pool the reconnect watcher has just replaced is not an
         error: nothing was sent yet, so take the connection from the new one."""
         pool = self.pool
