@@ -78,31 +78,32 @@ def test_claims_take_distinct_cpus_until_none_is_left_and_release_restores() -> 
 
 def test_a_claim_held_by_another_process_is_respected(private_tmp: Any) -> None:
     """flock works across processes: a CPU another simulation holds is not taken."""
+    # (min_cpus=1: on a one-CPU machine the child holds the only CPU and ours is refused)
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("needs two CPUs")  # pragma: no cover - CI has two
     code = (
         "import sys, tempfile; tempfile.tempdir = sys.argv[1]\n"
         "from sim.affinity import claim_cpu\n"
-        "c = claim_cpu(); print(c.cpu, flush=True); sys.stdin.read()\n"
+        "c = claim_cpu(min_cpus=1); print(c.cpu, flush=True); sys.stdin.read()\n"
     )
     child = subprocess.Popen([sys.executable, "-c", code, str(private_tmp)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert child.stdout is not None
         theirs = int(child.stdout.readline())
-        mine = _in_thread(claim_cpu)
-        assert mine is not None and mine.cpu != theirs
-        mine.release()
+        mine = _in_thread(lambda: claim_cpu(min_cpus=1))
+        if len(allowed) == 1:
+            assert mine is None
+        else:
+            assert mine is not None and mine.cpu != theirs
+            mine.release()
     finally:
         child.communicate("")
     assert child.returncode == 0
 
 
 def test_pin_leaves_a_process_that_is_not_postgres_alone() -> None:
-    c = _in_thread(claim_cpu)
-    if c is None:
-        pytest.skip("needs two CPUs")  # pragma: no cover
+    c = _in_thread(lambda: claim_cpu(min_cpus=1))
+    assert c is not None
     other = subprocess.Popen(["sleep", "30"])
     try:
         before = os.sched_getaffinity(other.pid)
@@ -150,13 +151,14 @@ def test_a_lock_folder_that_is_not_private_pins_nothing(private_tmp: Any, how: s
 
 def test_a_planted_symlink_as_lock_file_is_not_followed(private_tmp: Any) -> None:
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("needs two CPUs")  # pragma: no cover
     folder = private_tmp / f"mediator-sim-cpus-{os.getuid()}"
     folder.mkdir(mode=0o700)
     target = private_tmp / "victim"
     (folder / f"cpu{allowed[0]}.lock").symlink_to(target)
-    c = _in_thread(claim_cpu)
-    assert c is not None and c.cpu == allowed[1]  # the planted name is skipped
+    c = _in_thread(lambda: claim_cpu(min_cpus=1))
+    if len(allowed) == 1:
+        assert c is None  # the planted name was the only CPU's: skipped, nothing claimed
+    else:
+        assert c is not None and c.cpu == allowed[1]  # the planted name is skipped
+        c.release()
     assert not target.exists()
-    c.release()
