@@ -1,7 +1,8 @@
 """Rows as the rest of the code sees them: frozen dataclasses, filled by the store.
 
-The store builds them with ``psycopg.rows.class_row``; flows, the HTTP API and the simulator pass
-them around instead of dicts, so a misspelt field is an AttributeError, not a silent ``None``.
+The store builds them from its result rows (as psycopg's ``class_row`` would, with each
+statement's column names read once); flows, the HTTP API and the simulator pass them around
+instead of dicts, so a misspelt field is an AttributeError, not a silent ``None``.
 ``to_dict`` gives the JSON shape of docs/design.md §19 (timestamps as ISO 8601).
 """
 
