@@ -31,8 +31,8 @@ from psycopg.rows import class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from mediator import Mediator
+from mediator.core.rows import Step
 from mediator.pg import EmbeddedPostgres
-from mediator.rows import Step
 from mediator.store.db import Tx, check_edges
 from mediator.store.queries import QUERIES
 

@@ -20,7 +20,7 @@ import statistics
 import time
 
 from mediator import Config, Mediator
-from mediator.contract import needs_key
+from mediator.core.contract import needs_key
 from mediator.pg import EmbeddedPostgres
 
 CLASSES = 50

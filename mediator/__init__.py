@@ -22,23 +22,23 @@ _EXPORTS = {
     "Submission": "mediator.flows",
     "WakeReport": "mediator.flows",
     "Config": "mediator.config",
-    "Ask": "mediator.rows",
-    "Fleet": "mediator.rows",
-    "Node": "mediator.rows",
-    "Run": "mediator.rows",
-    "RunList": "mediator.rows",
-    "RunSummary": "mediator.rows",
-    "Step": "mediator.rows",
-    "ConfigError": "mediator.errors",
-    "Conflict": "mediator.errors",
-    "ContractError": "mediator.errors",
-    "DuplicateRun": "mediator.errors",
-    "Forbidden": "mediator.errors",
-    "MediatorError": "mediator.errors",
-    "NodeTaken": "mediator.errors",
-    "NotFound": "mediator.errors",
-    "PostgresNotInstalled": "mediator.errors",
-    "StoreUnavailable": "mediator.errors",
+    "Ask": "mediator.core.rows",
+    "Fleet": "mediator.core.rows",
+    "Node": "mediator.core.rows",
+    "Run": "mediator.core.rows",
+    "RunList": "mediator.core.rows",
+    "RunSummary": "mediator.core.rows",
+    "Step": "mediator.core.rows",
+    "ConfigError": "mediator.core.errors",
+    "Conflict": "mediator.core.errors",
+    "ContractError": "mediator.core.errors",
+    "DuplicateRun": "mediator.core.errors",
+    "Forbidden": "mediator.core.errors",
+    "MediatorError": "mediator.core.errors",
+    "NodeTaken": "mediator.core.errors",
+    "NotFound": "mediator.core.errors",
+    "PostgresNotInstalled": "mediator.core.errors",
+    "StoreUnavailable": "mediator.core.errors",
 }
 
 __all__ = [
@@ -68,7 +68,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from mediator.config import Config
-    from mediator.errors import (
+    from mediator.core.errors import (
         ConfigError,
         Conflict,
         ContractError,
@@ -80,8 +80,8 @@ if TYPE_CHECKING:
         PostgresNotInstalled,
         StoreUnavailable,
     )
+    from mediator.core.rows import Ask, Fleet, Node, Run, RunList, RunSummary, Step
     from mediator.flows import Mediator, Submission, WakeReport
-    from mediator.rows import Ask, Fleet, Node, Run, RunList, RunSummary, Step
 
 
 def __getattr__(name: str) -> Any:

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
-from mediator.errors import MediatorError
+from mediator.core.errors import MediatorError
 
 DEFAULT_URL = "http://127.0.0.1:8640"
 DEFAULT_TIMEOUT = 30.0

@@ -18,7 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from mediator.errors import ConfigError
+from mediator.core.errors import ConfigError
 
 # setting → (lowest, highest) allowed, both inclusive. Seconds from 0.1 s to a week: below that
 # the reaper and adverts would spin; above it a lost node holds its lease for longer than anyone

@@ -33,7 +33,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
-from mediator.errors import ContractError
+from mediator.core.errors import ContractError
 
 PART: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 import testing.postgresql
 
-from mediator.errors import PostgresNotInstalled
+from mediator.core.errors import PostgresNotInstalled
 
 INSTALL_HINT = (
     "PostgreSQL server binaries (initdb, postgres) were not found. Install them, e.g. "

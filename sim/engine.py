@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mediator import Config, Conflict, Mediator
-from mediator.match import Advert, Assignment, match
+from mediator.core.match import Advert, Assignment, match
 from sim.affinity import claim_cpu
 from sim.core import to_us
 from sim.driver import Driver

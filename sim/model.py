@@ -12,7 +12,8 @@ one implementation used twice is not.
 What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
 
 - matcher (§6): roles in name order; every role must have a live candidate first, else
-  NO_CANDIDATE for the first empty role in name order (as `mediator.match` does); folding reuses
+  NO_CANDIDATE for the first empty role in name order (as `mediator.core.match` does); folding
+  reuses
   the earliest chosen node that serves the role; otherwise the first live, available candidate
   ordered by how many of the roles from this one onward it serves (more first), then node_id;
   none → ALL_BUSY; more distinct nodes than `max_width` → TOO_WIDE. JSON types are kept (a

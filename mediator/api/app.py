@@ -36,7 +36,7 @@ from mediator.api.limits import BadRequest, BodyLimit, decode
 from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
 from mediator.api.openapi import install as install_openapi
-from mediator.errors import ContractError, Forbidden, MediatorError, NotFound
+from mediator.core.errors import ContractError, Forbidden, MediatorError, NotFound
 from mediator.flows import Mediator
 
 log = logging.getLogger("mediator.api")

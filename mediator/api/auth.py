@@ -20,7 +20,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from mediator.errors import ConfigError, MediatorError
+from mediator.core.errors import ConfigError, MediatorError
 
 ROLES = ("node", "client", "admin")
 

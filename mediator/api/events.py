@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
-from mediator.errors import MediatorError
-from mediator.rows import Event
+from mediator.core.errors import MediatorError
+from mediator.core.rows import Event
 
 if TYPE_CHECKING:
     from mediator.flows import Mediator

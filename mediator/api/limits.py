@@ -14,7 +14,7 @@
 * hands the route the very bytes it checked.
 
 The routes then parse the body again (FastAPI does); that second parse is safe because the first
-one bounded it. Limits and their values: ``mediator.contract.LIMITS``, docs/security.md.
+one bounded it. Limits and their values: ``mediator.core.contract.LIMITS``, docs/security.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from mediator.contract import MAX_BODY_DEPTH, MAX_NUMBER_CHARS, MAX_TEXT
+from mediator.core.limits import MAX_BODY_DEPTH, MAX_NUMBER_CHARS, MAX_TEXT
 
 Scope = dict[str, Any]
 

@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.routing import BaseRoute, Route
 
-# The id rule of mediator/contract.py (valid_run_id), without a leading dot (docs/security.md:
+# The id rule of mediator/core/contract.py (valid_run_id), without a leading dot (docs/security.md:
 # ".", ".." and hidden names are refused); the same for node ids.
 ID_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
 RUN_STATES = ["QUEUED", "RUNNING", "PASSED", "FAILED"]
@@ -197,7 +197,7 @@ BODY_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-# ---- response bodies (the shapes of mediator/rows.py's to_dict) --------------------------------
+# ---- response bodies (the shapes of mediator/core/rows.py's to_dict) ----------------------------
 # Open objects (no additionalProperties: false): a field added later is not a broken promise.
 TIME = {"type": "string", "format": "date-time"}
 MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}

@@ -33,7 +33,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from mediator.config import Config
-from mediator.errors import ConfigError, MediatorError
+from mediator.core.errors import ConfigError, MediatorError
 from mediator.records import Records
 
 if TYPE_CHECKING:

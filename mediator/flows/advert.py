@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mediator import contract as contract_mod
-from mediator.errors import ContractError, Forbidden
+from mediator.core import limits
+from mediator.core.capabilities import validate_capabilities
+from mediator.core.errors import ContractError, Forbidden
+from mediator.core.progress import drained_at_boundary
+from mediator.core.states import TERMINAL_RUN, RunState, StepState, Verdict
 from mediator.flows.after import Change
 from mediator.flows.steps import end, release
 from mediator.flows.wake import Wake
-from mediator.progress import drained_at_boundary
-from mediator.states import TERMINAL_RUN, RunState, StepState, Verdict
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -39,13 +40,13 @@ def advert(
     — a restart or at-boundary drain released a node (4), a drain lifted (6), the node returned
     (7), its capabilities changed (9); a steady heartbeat never sweeps (R14). Returns
     ``advert_ttl_seconds`` so nodes pace themselves."""
-    if not contract_mod.valid_run_id(node_id):
+    if not limits.valid_run_id(node_id):
         raise ContractError(
             "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
             field="node_id",
         )
-    caps = contract_mod.validate_capabilities(capabilities)
-    contract_mod.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
+    caps = validate_capabilities(capabilities)
+    limits.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
     if not isinstance(instance, str) or not instance or len(instance) > 128:
         raise ContractError(
             "instance must be a non-empty string of at most 128 characters.", field="instance"

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mediator.errors import StoreUnavailable
+from mediator.core.errors import StoreUnavailable
+from mediator.core.rows import Ask, SealSource
+from mediator.core.states import RunState
 from mediator.flows.wake import Wake
-from mediator.rows import Ask, SealSource
-from mediator.states import RunState
 from mediator.store.db import SweepHead
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mediator import contract as contract_mod
-from mediator.errors import Conflict, ContractError, NotFound
+from mediator.core import contract as contract_mod
+from mediator.core.errors import Conflict, ContractError, NotFound
+from mediator.core.states import RunState, StepState, step_transition
 from mediator.flows.steps import OPEN, ReportResult, ev, locked, progress
 from mediator.flows.wake import Wake
-from mediator.states import RunState, StepState, step_transition
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

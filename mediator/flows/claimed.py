@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from mediator.rows import ResultSource
+from mediator.core.rows import ResultSource
 
 LIMIT = 1024  # snapshots: about one per busy node is what a lab uses
 MAX_BYTES = 8192  # of a run's contract text: larger runs' results read (a one-step run: ~300)

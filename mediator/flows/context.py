@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from mediator.clock import Clock, wall_clock
 from mediator.config import Config
+from mediator.core.match import Advert
+from mediator.core.rows import FleetNode
 from mediator.flows.after import AfterCommit
 from mediator.flows.claimed import ClaimedRuns
-from mediator.match import Advert
 from mediator.records import Records
-from mediator.rows import FleetNode
 from mediator.store.db import Store
 
 if TYPE_CHECKING:

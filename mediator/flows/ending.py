@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mediator.errors import Forbidden, NotFound
+from mediator.core.errors import Forbidden, NotFound
+from mediator.core.rows import Run
+from mediator.core.states import TERMINAL_RUN, RunState, Verdict
 from mediator.flows import reads
 from mediator.flows.after import Change
 from mediator.flows.steps import end, ev
 from mediator.flows.wake import Wake
-from mediator.rows import Run
-from mediator.states import TERMINAL_RUN, RunState, Verdict
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

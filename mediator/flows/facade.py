@@ -28,7 +28,9 @@ import mediator.flows.submit as submit_flow
 import mediator.flows.sweep as sweep_flow
 from mediator.clock import Clock
 from mediator.config import Config
-from mediator.errors import StoreUnavailable
+from mediator.core.errors import StoreUnavailable
+from mediator.core.match import Assignment
+from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList, Step
 from mediator.flows.after import AfterCommit
 from mediator.flows.context import Context
 from mediator.flows.ending import ReapReport
@@ -36,10 +38,8 @@ from mediator.flows.steps import ReportResult
 from mediator.flows.submit import Submission
 from mediator.flows.sweep import WakeReport
 from mediator.flows.wake import Wake
-from mediator.match import Assignment
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
-from mediator.rows import Ask, Fleet, FleetNode, Run, RunList, Step
 from mediator.store.db import Store
 
 log = logging.getLogger("mediator")

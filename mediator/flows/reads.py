@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mediator import contract as contract_mod
-from mediator.errors import ContractError, NotFound
+from mediator.core import limits
+from mediator.core.errors import ContractError, NotFound
+from mediator.core.match import Reject, match
+from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList
+from mediator.core.states import RunState
 from mediator.flows.context import view
-from mediator.match import Reject, match
-from mediator.rows import Ask, Fleet, FleetNode, Run, RunList
-from mediator.states import RunState
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -70,7 +70,7 @@ def require_run(ctx: Context, run_id: str) -> Run:
 
 def get_run(ctx: Context, run_id: str) -> Run:
     """The run with its steps (and ``queue_position``/``wait_reason`` while QUEUED)."""
-    if not isinstance(run_id, str) or not contract_mod.valid_run_id(run_id):
+    if not isinstance(run_id, str) or not limits.valid_run_id(run_id):
         raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
     return require_run(ctx, run_id)
 

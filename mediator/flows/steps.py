@@ -2,7 +2,8 @@
 
 Steps are claimed and reported by nodes; a result releases nodes as soon as they are done with a
 run (applyRelease), settles the run when every step is terminal (SettleIfDone), and wakes the queue
-(wake 1). A result is one read and one write (issue 13): :mod:`mediator.progress` decides from the
+(wake 1). A result is one read and one write (issue 13): :mod:`mediator.core.progress` decides from
+the
 read, and the write applies only if the run is unchanged since (its version), else the result
 reads and decides again. :func:`progress`, :func:`end` and :func:`release` are the moves the other
 flows share (answers, cancel, the reaper, restart detection, drains): each runs inside its
@@ -16,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mediator import contract as contract_mod
-from mediator.errors import (
+from mediator.core import limits
+from mediator.core.errors import (
     Conflict,
     ContractError,
     Forbidden,
@@ -25,18 +26,18 @@ from mediator.errors import (
     NotFound,
     StoreUnavailable,
 )
-from mediator.flows.after import Change
-from mediator.flows.wake import Wake
-from mediator.progress import Decision, decide_result, end_early
-from mediator.progress import progress as decide_progress
-from mediator.rows import Applied, ClaimRefusal, NodeState, ResultSource, Run, Step
-from mediator.states import (
+from mediator.core.progress import Decision, decide_result, end_early
+from mediator.core.progress import progress as decide_progress
+from mediator.core.rows import Applied, ClaimRefusal, NodeState, ResultSource, Run, Step
+from mediator.core.states import (
     TERMINAL_RUN,
     RunState,
     StepState,
     Verdict,
     step_transition,
 )
+from mediator.flows.after import Change
+from mediator.flows.wake import Wake
 from mediator.store.db import Tx
 
 if TYPE_CHECKING:
@@ -72,7 +73,8 @@ def release(
 
 
 def apply_locked(tx: Tx, run: Run, decision: Decision, events: list[dict[str, Any]]) -> Change:
-    """Apply a decision of :mod:`mediator.progress` inside the caller's transaction, which holds
+    """Apply a decision of :mod:`mediator.core.progress` inside the caller's transaction, which
+    holds
     the run row (the locking rule): skips, asks raised, the run ended, asks closed, leases
     released. The caller inserts ``events`` (the decision's ``tail`` and one ``lease_released``
     per node freed are appended to it; ``raise_asks`` writes its own ``ask_raised`` events)."""
@@ -98,7 +100,7 @@ def end(
     *,
     gone: Iterable[str] = (),
 ) -> list[str]:
-    """End a run early (cancel, lost, drained) as :func:`mediator.progress.end_early` decides:
+    """End a run early (cancel, lost, drained) as :func:`mediator.core.progress.end_early` decides:
     open steps SKIPPED, asks closed, FAILED; a node still running a CLAIMED step keeps its lease
     (I2's exception) unless it is ``gone``. Returns the released nodes."""
     decision = end_early(run.state, steps, tx.run_leases(run.run_id), verdict, gone=gone)
@@ -112,7 +114,8 @@ def progress(
     steps: list[Step] | None = None,
 ) -> Change:
     """After a step became terminal in a RUNNING run (an answer): at-boundary drain, raiseAsks,
-    applyRelease, SettleIfDone as :func:`mediator.progress.progress` decides, applied inside the
+    applyRelease, SettleIfDone as :func:`mediator.core.progress.progress` decides, applied inside
+    the
     caller's transaction. ``steps`` is the run's steps as this transaction left them, when the
     caller knows them (saves a read)."""
     if steps is None:
@@ -222,7 +225,8 @@ def _apply_result(
     instance: str | None,
 ) -> tuple[Decision, Applied, bool]:
     """A result as one read and one write (issue 13): ``result_source`` reads the run without
-    locks, :func:`mediator.progress.decide_result` decides, ``apply_result`` writes it all in one
+    locks, :func:`mediator.core.progress.decide_result` decides, ``apply_result`` writes it all in
+    one
     statement guarded by the run's version. A write that matched nothing (the run, the node's
     instance or a drain changed since the read) reads and decides again; after
     ``_OPTIMISTIC`` lost races the read is taken under the run row's lock (docs/design.md §9), so
@@ -323,7 +327,7 @@ def report(
         raise ContractError("attempt must be a whole number ≥ 1.", field="attempt")
     if not isinstance(log, str) or len(log) > MAX_LOG:
         raise ContractError(f"log must be text of at most {MAX_LOG} characters.", field="log")
-    log = contract_mod.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
+    log = limits.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
     decision, applied, ended = _apply_result(ctx, run_id, seq, node_id, attempt, outcome, log,
                                              instance)  # fmt: skip
     if decision.step is not None and not decision.step[2]:

@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from mediator import contract as contract_mod
-from mediator.errors import ContractError, NodeTaken
+from mediator.core import capabilities, limits
+from mediator.core import contract as contract_mod
+from mediator.core.errors import ContractError, NodeTaken
+from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
+from mediator.core.rows import FleetNode, Run
+from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
 from mediator.flows import reads
 from mediator.flows.after import Change
 from mediator.flows.context import view
 from mediator.flows.wake import Wake
-from mediator.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
-from mediator.rows import FleetNode, Run
-from mediator.states import RunState, StepState, Verdict, run_transition, step_transition
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -62,7 +63,7 @@ def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
     return {
         "node": node.node_id,
         "instance": node.instance,
-        "matched": contract_mod.matched(role_needs, node.capabilities),
+        "matched": capabilities.matched(role_needs, node.capabilities),
     }
 
 
@@ -80,7 +81,7 @@ def submit(
     # submit, issue 13); parsing writes and reads nothing, so parsing first changes no answer:
     # a contract that does not parse is answered by the existing run all the same.
     given = contract.get("run_id") if isinstance(contract, dict) else None
-    if not (isinstance(given, str) and contract_mod.valid_run_id(given)):
+    if not (isinstance(given, str) and limits.valid_run_id(given)):
         given = None
     try:
         parsed = contract_mod.parse(contract)  # R5: structure checked synchronously

@@ -15,12 +15,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from mediator.errors import ConfigError, NodeTaken, StoreUnavailable
+from mediator.core.errors import ConfigError, NodeTaken, StoreUnavailable
+from mediator.core.match import (
+    ALL_BUSY,
+    NO_CANDIDATE,
+    TOO_WIDE,
+    AdvertIndex,
+    Assignment,
+    Reject,
+    match,
+)
+from mediator.core.rows import FleetNode, QueuedRun
 from mediator.flows.after import HEAD_PAGE, Change
 from mediator.flows.context import view
 from mediator.flows.submit import lease_rows, run_acquires
-from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, AdvertIndex, Assignment, Reject, match
-from mediator.rows import FleetNode, QueuedRun
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

@@ -1,7 +1,8 @@
 """The only module that imports psycopg.
 
 It owns the connection pool, runs the named queries of ``queries.sql``, turns rows into the frozen
-dataclasses of ``mediator.rows`` and driver errors into ``mediator.errors`` (procrastinate's
+dataclasses of ``mediator.core.rows`` and driver errors into ``mediator.core.errors``
+(procrastinate's
 connector pattern), so flows, the API and the simulator never see a driver type.
 
 Every named query reads time as ``mediator_now(%(now)s)`` and every statement carries the clock's
@@ -30,9 +31,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from mediator.errors import MediatorError, NodeTaken, StoreUnavailable
-from mediator.progress import Decision
-from mediator.rows import (
+from mediator.core.errors import MediatorError, NodeTaken, StoreUnavailable
+from mediator.core.progress import Decision
+from mediator.core.rows import (
     AdvertResult,
     Applied,
     Ask,
@@ -55,7 +56,7 @@ from mediator.rows import (
     SealSource,
     Step,
 )
-from mediator.states import (
+from mediator.core.states import (
     RunState,
     StepState,
     run_sources,
@@ -118,7 +119,8 @@ def check_edges(params: dict[str, Any]) -> None:
     """The state table decides (issue 13): a statement's state targets are parameters named
     ``…_to`` (``run_to`` for ``runs.state``, any other for ``steps.state``), each guarded in its
     SQL by ``state = ANY(%(…_from)s)`` — or, with no ``…_from``, written by an INSERT (from no
-    row). Every such pair must be edges of ``mediator.states``; a ``None`` target writes no state.
+    row). Every such pair must be edges of ``mediator.core.states``; a ``None`` target writes no
+    state.
     ``tests/unit/test_state_sql.py`` proves the SQL side keeps to this convention.
 
     Raises:
@@ -497,7 +499,7 @@ class Tx:
         decision: Decision,
         log: str = "",
     ) -> Applied:
-        """Apply what ``mediator.progress`` decided from ``src`` in one statement (issue 13),
+        """Apply what ``mediator.core.progress`` decided from ``src`` in one statement (issue 13),
         only if the run is still as read: its version, the reporting node's instance and the
         at-boundary nodes among its leases. ``matched`` False: nothing was written; read again.
         """

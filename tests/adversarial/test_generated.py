@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mediator import contract as C
+from mediator.core import limits
 from tests.adversarial.conftest import Lab, advertise, contract, judge, unique
 
 pytestmark = [pytest.mark.e2e]
@@ -35,7 +35,7 @@ junk_text = st.text(alphabet=st.characters(exclude_categories=()), max_size=20) 
 
 
 def _allowed(value: str) -> bool:
-    return C.valid_id(value)
+    return limits.valid_id(value)
 
 
 @SETTINGS
@@ -78,7 +78,7 @@ def test_generated_adverts(lab: Lab, node_id: str, label: str, instance: str):
 
 @SETTINGS
 @given(
-    depth=st.integers(C.MAX_BODY_DEPTH + 1, 20_000),
+    depth=st.integers(limits.MAX_BODY_DEPTH + 1, 20_000),
     opener=st.sampled_from(["[", '{"k":']),
     where=st.sampled_from(["/v1/runs", "/v1/nodes", "/v1/runs/r/steps/0/result"]),
 )
@@ -87,20 +87,20 @@ def test_generated_deep_bodies(lab: Lab, depth: int, opener: str, where: str):
     before = lab.counts()
     r = lab.http.send("POST", where, opener * depth + "1" + closer * depth, who="node")
     judge("generated", r, refused=True)
-    assert r.status == 400 and str(C.MAX_BODY_DEPTH) in r.error["message"]
+    assert r.status == 400 and str(limits.MAX_BODY_DEPTH) in r.error["message"]
     assert lab.counts() == before
 
 
 @SETTINGS
-@given(number=st.integers(min_value=10**C.MAX_NUMBER_CHARS, max_value=10**4000)
-       | st.integers(max_value=-(10**C.MAX_NUMBER_CHARS), min_value=-(10**4000)))  # fmt: skip
+@given(number=st.integers(min_value=10**limits.MAX_NUMBER_CHARS, max_value=10**4000)
+       | st.integers(max_value=-(10**limits.MAX_NUMBER_CHARS), min_value=-(10**4000)))  # fmt: skip
 def test_generated_huge_numbers(lab: Lab, number: int):
     before = lab.counts()
     body = '{"roles": {"d": {"n": NUMBER}}, "steps": [{"name": "s", "role": "d"}]}'
     body = body.replace("NUMBER", str(number))
     r = lab.http.send("POST", "/v1/runs", body)
     judge("generated", r, refused=True)
-    assert r.status == 400 and str(C.MAX_NUMBER_CHARS) in r.error["message"]
+    assert r.status == 400 and str(limits.MAX_NUMBER_CHARS) in r.error["message"]
     assert lab.counts() == before
 
 

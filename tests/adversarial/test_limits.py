@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from mediator import contract as C
+from mediator.core import limits
 from tests.adversarial.conftest import (
     Lab,
     advertise,
@@ -45,7 +45,7 @@ def test_a_with_nested_600_deep_is_refused_and_the_node_still_gets_work(lab: Lab
     free_node_gets_work(lab, node)
 
 
-@pytest.mark.parametrize("depth", [C.MAX_BODY_DEPTH + 1, 1_000, 100_000])
+@pytest.mark.parametrize("depth", [limits.MAX_BODY_DEPTH + 1, 1_000, 100_000])
 @pytest.mark.parametrize("route", ["/v1/runs", "/v1/nodes", "/v1/asks/1/answer"])
 def test_deep_bodies_are_a_400_naming_the_depth_limit(lab: Lab, route: str, depth: int):
     before = lab.counts()
@@ -55,7 +55,7 @@ def test_deep_bodies_are_a_400_naming_the_depth_limit(lab: Lab, route: str, dept
             "/v1/asks/1/answer": '{"answer": %s}'}[route] % text  # fmt: skip
     r = lab.http.attack("limits", "POST", route, body, who="node" if "nodes" in route else "client")
     assert r.status == 400, r.body
-    assert str(C.MAX_BODY_DEPTH) in r.error["message"], r.error
+    assert str(limits.MAX_BODY_DEPTH) in r.error["message"], r.error
     assert lab.counts() == before
 
 
@@ -63,11 +63,11 @@ def test_a_with_one_level_past_the_limit_is_refused_naming_it(lab: Lab):
     node = unique("n")
     advertise(lab, node)
     doc = contract(unique("r"), node)
-    doc["steps"][0]["with"] = nested(C.MAX_DEPTH + 1)  # the with object itself is level 1
+    doc["steps"][0]["with"] = nested(limits.MAX_DEPTH + 1)  # the with object itself is level 1
     r = lab.http.attack("limits", "POST", "/v1/runs", doc)
     assert r.status == 400 and r.error["field"].startswith("steps[0].with"), r.error
-    assert str(C.MAX_DEPTH) in r.error["message"]
-    doc["steps"][0]["with"] = nested(C.MAX_DEPTH)
+    assert str(limits.MAX_DEPTH) in r.error["message"]
+    doc["steps"][0]["with"] = nested(limits.MAX_DEPTH)
     assert lab.http.send("POST", "/v1/runs", doc).status == 201
 
 
@@ -77,7 +77,7 @@ def test_capabilities_nested_past_the_limit_are_refused(lab: Lab):
     assert r.status == 400 and r.error["field"].startswith("capabilities")
 
 
-@pytest.mark.parametrize("digits", [C.MAX_NUMBER_CHARS + 1, 5_000, 100_000])
+@pytest.mark.parametrize("digits", [limits.MAX_NUMBER_CHARS + 1, 5_000, 100_000])
 @pytest.mark.parametrize("where", ["contract", "advert", "result", "seq", "ask_id"])
 def test_huge_numbers_are_a_400_naming_the_limit(lab: Lab, digits: int, where: str):
     number = "9" * digits
@@ -126,15 +126,15 @@ def test_counts_and_lengths_at_ten_times_their_limit_are_refused_naming_the_fiel
     advertise(lab, node)
     before = lab.counts()
     many_steps = contract(unique("r"), node)
-    many_steps["steps"] = [{"name": f"s{i}", "role": "dut"} for i in range(10 * C.MAX_STEPS)]
+    many_steps["steps"] = [{"name": f"s{i}", "role": "dut"} for i in range(10 * limits.MAX_STEPS)]
     many_roles = contract(unique("r"), node)
-    many_roles["roles"] = {f"r{i}": {"kit": node} for i in range(10 * C.MAX_ROLES)}
+    many_roles["roles"] = {f"r{i}": {"kit": node} for i in range(10 * limits.MAX_ROLES)}
     many_needs = contract(unique("r"), node)
-    many_needs["roles"]["dut"] = {f"k{i}": True for i in range(10 * C.MAX_NEEDS)}
+    many_needs["roles"]["dut"] = {f"k{i}": True for i in range(10 * limits.MAX_NEEDS)}
     long_with = contract(unique("r"), node)
-    long_with["steps"][0]["with"] = {"cmd": "x" * (10 * C.MAX_TEXT)}
+    long_with["steps"][0]["with"] = {"cmd": "x" * (10 * limits.MAX_TEXT)}
     long_need = contract(unique("r"), node)
-    long_need["roles"]["dut"]["kit"] = "x" * (10 * C.MAX_VALUE)
+    long_need["roles"]["dut"]["kit"] = "x" * (10 * limits.MAX_VALUE)
     cases = [
         (many_steps, "steps"),
         (many_roles, "roles"),
@@ -150,7 +150,7 @@ def test_counts_and_lengths_at_ten_times_their_limit_are_refused_naming_the_fiel
         if r.status == 400:
             assert r.error["field"] == field, r.error
     assert lab.counts() == before
-    big_caps = {f"c{i}": True for i in range(10 * C.MAX_CAPABILITIES)}
+    big_caps = {f"c{i}": True for i in range(10 * limits.MAX_CAPABILITIES)}
     for body, field in [
         ({"node_id": node, "instance": "i1", "capabilities": big_caps}, "capabilities"),
         ({"node_id": node, "instance": "i1", "capabilities": {"l": list(range(2560))}},
@@ -168,9 +168,9 @@ def test_the_limits_are_the_documented_ones():
     from pathlib import Path
 
     doc = Path(__file__).parents[2].joinpath("docs", "security.md").read_text("utf-8")
-    for name, value in C.LIMITS.items():
+    for name, value in limits.LIMITS.items():
         assert f"`{name}`" in doc and f"{value:,}" in doc, name
-    assert json.dumps(C.LIMITS)
+    assert json.dumps(limits.LIMITS)
 
 
 @pytest.mark.parametrize(

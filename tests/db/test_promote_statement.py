@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mediator import Mediator
-from mediator.errors import NodeTaken
-from mediator.progress import due_asks
-from mediator.states import StepState
+from mediator.core.errors import NodeTaken
+from mediator.core.progress import due_asks
+from mediator.core.states import StepState
 from mediator.store.db import Tx
 from tests.db.conftest import advert, contract
 
@@ -132,7 +132,8 @@ def test_a_sweep_pages_past_a_full_head_to_a_run_that_can_go(med, monkeypatch):
 
 
 # One rule, two spellings: raiseAsks is decided in Python for a submit and for every step that
-# ends (mediator.progress.due_asks), and inside the `promote` statement for a promotion (a queued
+# ends (mediator.core.progress.due_asks), and inside the `promote` statement for a promotion (a
+# queued
 # run's steps are all PENDING, so no read is needed to decide). They must agree on every graph.
 _steps = st.lists(
     st.tuples(st.booleans(), st.sets(st.integers(min_value=0, max_value=7), max_size=3)),

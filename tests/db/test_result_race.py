@@ -2,7 +2,7 @@
 
 A result used to lock its run (FOR UPDATE) for a whole transaction, which serialised two steps of
 one run reporting at the same moment. Now each reads the run without a lock, decides in Python
-(mediator.progress) and writes in one statement guarded by the run's version: when both decided
+(mediator.core.progress) and writes in one statement guarded by the run's version: when both decided
 from the same read, exactly one write matches, the other matches nothing, reads again and decides
 from what the first left. So the run settles exactly once — never twice, never not at all.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from mediator import Conflict, Mediator
-from mediator.progress import decide_result
-from mediator.rows import ResultSource
+from mediator.core.progress import decide_result
+from mediator.core.rows import ResultSource
 from tests.db.conftest import advert, contract
 
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
+from mediator.core.match import AdvertIndex, Assignment
 from mediator.flows import submit as submit_flow
 from mediator.flows import sweep as sweep_flow
-from mediator.match import AdvertIndex, Assignment
 from sim import gate
 from sim import scenarios as S
 from sim.workload import materialize

@@ -191,7 +191,7 @@ _needs = st.dictionaries(st.sampled_from(["k", "m"]), _scalars, max_size=2)
 def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
     """submit reads only the nodes that might serve a role; every real candidate must be among
     them (design.md §4 semantics: JSON types kept, list membership, `true` = present+truthy)."""
-    from mediator.contract import satisfies
+    from mediator.core.capabilities import satisfies
 
     with med.store.autocommit() as tx:
         tx.conn.execute("DELETE FROM nodes")

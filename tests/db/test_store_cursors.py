@@ -17,8 +17,8 @@ import pytest
 from psycopg.rows import class_row, dict_row
 
 from mediator import Conflict, Mediator
-from mediator.errors import MediatorError
-from mediator.rows import Step
+from mediator.core.errors import MediatorError
+from mediator.core.rows import Step
 from mediator.store import db
 from mediator.store.queries import QUERIES
 from tests.db.conftest import advert, contract

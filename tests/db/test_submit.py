@@ -250,8 +250,8 @@ def test_event_kinds_the_database_accepts_are_exactly_the_documented_vocabulary(
     """issue 12 §7: `queued` was in the vocabulary but never emitted (a queued submit writes
     `submitted{state: QUEUED}`). The vocabulary is now closed: the database refuses any other
     kind, and a lifecycle that touches every flow emits every listed kind and nothing else."""
-    from mediator.errors import MediatorError
-    from mediator.rows import EVENT_KINDS
+    from mediator.core.errors import MediatorError
+    from mediator.core.rows import EVENT_KINDS
 
     with pytest.raises(MediatorError), med.store.tx() as tx:
         tx.insert_events([{"run_id": "x", "kind": "queued", "data": {}}])

@@ -1,4 +1,5 @@
-"""Worked examples for mediator.contract: structural validation at submit (R5) and need matching.
+"""Worked examples for mediator.core.contract: structural validation at submit (R5) and need
+matching.
 
 Every structural check of docs/design.md §4 has an example that breaks exactly one thing and asserts
 the ``field`` the error names: the HTTP layer returns that field to the person who must fix it.
@@ -14,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mediator import contract
-from mediator.contract import MAX_STEPS, StepSpec
-from mediator.errors import ContractError
+from mediator.core import capabilities, contract, limits
+from mediator.core.contract import StepSpec
+from mediator.core.errors import ContractError
+from mediator.core.limits import MAX_STEPS
 
 
 def example() -> dict[str, Any]:
@@ -415,22 +417,22 @@ def test_needs_key_is_independent_of_insertion_order(needs: dict[str, Any]) -> N
 )
 def test_satisfies_keeps_json_types(need: Any, cap: Any, ok: bool) -> None:
     """docs/design.md §4: no bool/int coercion; lists match by membership under the same rule."""
-    assert contract.satisfies({"k": need}, {"k": cap}) is ok
+    assert capabilities.satisfies({"k": need}, {"k": cap}) is ok
 
 
 def test_satisfies_requires_every_need_and_presence() -> None:
     caps = {"board": "stm32f4", "usb": True}
-    assert contract.satisfies({}, {})
-    assert contract.satisfies({"board": "stm32f4", "usb": True}, caps)
-    assert not contract.satisfies({"board": "stm32f4", "scope": True}, caps)
-    assert not contract.satisfies({"board": "stm32f4", "usb": False}, caps)
+    assert capabilities.satisfies({}, {})
+    assert capabilities.satisfies({"board": "stm32f4", "usb": True}, caps)
+    assert not capabilities.satisfies({"board": "stm32f4", "scope": True}, caps)
+    assert not capabilities.satisfies({"board": "stm32f4", "usb": False}, caps)
 
 
 def test_matched_records_the_capability_value_that_satisfied_each_need() -> None:
     """FR-3: steps.chosen.matched says what hardware actually ran the step."""
     caps = {"board": ["stm32f7", "stm32f4"], "scope": "rigol-ds1054", "ram": 8.0, "os": "linux"}
     needs = {"board": "stm32f4", "scope": True, "ram": 8}
-    assert contract.matched(needs, caps) == {
+    assert capabilities.matched(needs, caps) == {
         "board": "stm32f4",
         "scope": "rigol-ds1054",
         "ram": 8.0,
@@ -438,7 +440,7 @@ def test_matched_records_the_capability_value_that_satisfied_each_need() -> None
 
 
 def test_matched_leaves_out_needs_the_capabilities_no_longer_meet() -> None:
-    assert contract.matched({"board": "a", "usb": True}, {"board": "b", "usb": True}) == {
+    assert capabilities.matched({"board": "a", "usb": True}, {"board": "b", "usb": True}) == {
         "usb": True
     }
 
@@ -451,14 +453,14 @@ scalars = st.one_of(
 @given(scalars)
 def test_a_scalar_capability_satisfies_the_same_need(value: Any) -> None:
     expected = bool(value) if value is True else True
-    assert contract.satisfies({"k": value}, {"k": value}) is expected
-    assert contract.satisfies({"k": value}, {"k": [value]}) is expected
+    assert capabilities.satisfies({"k": value}, {"k": value}) is expected
+    assert capabilities.satisfies({"k": value}, {"k": [value]}) is expected
 
 
 @given(scalars, scalars)
 def test_booleans_never_match_other_types(need: Any, cap: Any) -> None:
     if isinstance(need, bool) != isinstance(cap, bool) and need is not True:
-        assert not contract.satisfies({"k": need}, {"k": cap})
+        assert not capabilities.satisfies({"k": need}, {"k": cap})
 
 
 # --- validate_capabilities ------------------------------------------------------------------------
@@ -466,7 +468,7 @@ def test_booleans_never_match_other_types(need: Any, cap: Any) -> None:
 
 def test_validate_capabilities_accepts_scalars_and_lists_of_scalars() -> None:
     caps = {"board": ("stm32f4", "stm32f7"), "scope": True, "ram": 8, "cpu": 2.5, "os": "linux"}
-    assert contract.validate_capabilities(caps) == {
+    assert capabilities.validate_capabilities(caps) == {
         "board": ["stm32f4", "stm32f7"],
         "scope": True,
         "ram": 8,
@@ -490,14 +492,14 @@ def test_validate_capabilities_accepts_scalars_and_lists_of_scalars() -> None:
 )
 def test_validate_capabilities_refuses_malformed_adverts(caps: object, field: str) -> None:
     with pytest.raises(ContractError) as caught:
-        contract.validate_capabilities(caps)
+        capabilities.validate_capabilities(caps)
     assert caught.value.field == field
     assert caught.value.code == "invalid_capabilities"
 
 
 def test_validate_capabilities_reports_under_the_given_field() -> None:
     with pytest.raises(ContractError) as caught:
-        contract.validate_capabilities({"x": None}, field="body.capabilities")
+        capabilities.validate_capabilities({"x": None}, field="body.capabilities")
     assert caught.value.field == "body.capabilities.x"
 
 
@@ -506,12 +508,12 @@ def test_validate_capabilities_reports_under_the_given_field() -> None:
 
 @pytest.mark.parametrize("value", ["a", "A.b_c-9", "x" * 64, "20240601T120000.000-abc"])
 def test_valid_run_ids(value: str) -> None:
-    assert contract.valid_run_id(value)
+    assert limits.valid_run_id(value)
 
 
 @pytest.mark.parametrize("value", ["", "x" * 65, "a b", "a/b", "é", "a\n", None, 5, ["a"]])
 def test_invalid_run_ids(value: object) -> None:
-    assert not contract.valid_run_id(value)
+    assert not limits.valid_run_id(value)
 
 
 # --- dependants -----------------------------------------------------------------------------------
@@ -585,7 +587,7 @@ def test_ids_that_could_be_paths_are_refused(bad: str) -> None:
     doc = example()
     doc["run_id"] = bad
     refused(doc, "run_id")
-    assert not contract.valid_id(bad)
+    assert not limits.valid_id(bad)
     doc = example()
     doc["roles"][bad] = doc["roles"].pop("dut")
     with pytest.raises(ContractError):
@@ -594,7 +596,7 @@ def test_ids_that_could_be_paths_are_refused(bad: str) -> None:
 
 @pytest.mark.parametrize("good", ["a", "a.b", "a..b", "-x", "_", "9" * 64, "hil-2024.06_01"])
 def test_ordinary_ids_still_pass(good: str) -> None:
-    assert contract.valid_id(good)
+    assert limits.valid_id(good)
 
 
 def nest(depth: int) -> dict[str, Any]:
@@ -607,12 +609,12 @@ def nest(depth: int) -> dict[str, Any]:
 def test_a_with_nested_past_the_limit_is_refused_before_anything_walks_it() -> None:
     """Issue 11 §4: a 600-deep ``with`` once committed a run nothing could read back."""
     doc = example()
-    doc["steps"][0]["with"] = nest(contract.MAX_DEPTH)
+    doc["steps"][0]["with"] = nest(limits.MAX_DEPTH)
     contract.parse(doc)
-    for depth in (contract.MAX_DEPTH + 1, 600, 50_000):
+    for depth in (limits.MAX_DEPTH + 1, 600, 50_000):
         doc["steps"][0]["with"] = nest(depth)
         e = refused(doc, "steps[0].with")
-        assert str(contract.MAX_DEPTH) in e.message and e.code == "too_deep"
+        assert str(limits.MAX_DEPTH) in e.message and e.code == "too_deep"
 
 
 @pytest.mark.parametrize("bad", ["a\x00b", "a\udc00", "\ud800"])
@@ -630,24 +632,24 @@ def test_nul_and_lone_surrogates_are_refused_anywhere_in_a_contract(bad: str) ->
 
 def test_logs_are_escaped_not_refused() -> None:
     """Amendments round 2: logs may hold binary junk; NUL → ␀, lone surrogates → U+FFFD."""
-    assert contract.escape_log("plain\n") == "plain\n"
-    assert contract.escape_log("a\x00b\udc00c\U0001f600") == "a\u2400b\ufffdc\U0001f600"
-    contract.escape_log("\ud800" * 3).encode("utf-8")
+    assert limits.escape_log("plain\n") == "plain\n"
+    assert limits.escape_log("a\x00b\udc00c\U0001f600") == "a\u2400b\ufffdc\U0001f600"
+    limits.escape_log("\ud800" * 3).encode("utf-8")
 
 
 @pytest.mark.parametrize(
     ("spoil", "field"),
     [
-        (lambda d: d.update(roles={f"r{i}": {} for i in range(10 * contract.MAX_ROLES)}), "roles"),
-        (lambda d: d["roles"].update(dut={f"k{i}": 1 for i in range(10 * contract.MAX_NEEDS)}),
+        (lambda d: d.update(roles={f"r{i}": {} for i in range(10 * limits.MAX_ROLES)}), "roles"),
+        (lambda d: d["roles"].update(dut={f"k{i}": 1 for i in range(10 * limits.MAX_NEEDS)}),
          "roles.dut"),
-        (lambda d: d["roles"]["dut"].update(board="b" * 10 * contract.MAX_VALUE),
+        (lambda d: d["roles"]["dut"].update(board="b" * 10 * limits.MAX_VALUE),
          "roles.dut.board"),
-        (lambda d: d["roles"]["dut"].update({"k" * 10 * contract.MAX_KEY: 1}), None),
-        (lambda d: d["steps"][0]["with"].update(cmd="c" * 10 * contract.MAX_TEXT),
+        (lambda d: d["roles"]["dut"].update({"k" * 10 * limits.MAX_KEY: 1}), None),
+        (lambda d: d["steps"][0]["with"].update(cmd="c" * 10 * limits.MAX_TEXT),
          "steps[0].with.cmd"),
-        (lambda d: d["steps"][0].update(uses="u" * 10 * contract.MAX_KEY), "steps[0].uses"),
-        (lambda d: d.update(work_id="w" * 10 * contract.MAX_WORK_ID), "work_id"),
+        (lambda d: d["steps"][0].update(uses="u" * 10 * limits.MAX_KEY), "steps[0].uses"),
+        (lambda d: d.update(work_id="w" * 10 * limits.MAX_WORK_ID), "work_id"),
     ],
 )  # fmt: skip
 def test_every_limit_at_ten_times_its_value_is_refused_naming_the_field(spoil, field) -> None:
@@ -661,11 +663,13 @@ def test_every_limit_at_ten_times_its_value_is_refused_naming_the_field(spoil, f
 
 def test_capabilities_have_limits_too() -> None:
     with pytest.raises(ContractError) as e:
-        contract.validate_capabilities({f"c{i}": 1 for i in range(10 * contract.MAX_CAPABILITIES)})
+        capabilities.validate_capabilities(
+            {f"c{i}": 1 for i in range(10 * limits.MAX_CAPABILITIES)}
+        )
     assert e.value.field == "capabilities"
     with pytest.raises(ContractError) as e:
-        contract.validate_capabilities({"l": list(range(10 * contract.MAX_LIST))})
+        capabilities.validate_capabilities({"l": list(range(10 * limits.MAX_LIST))})
     assert e.value.field == "capabilities.l"
     with pytest.raises(ContractError) as e:
-        contract.validate_capabilities({"l": [[[1]]]})
+        capabilities.validate_capabilities({"l": [[[1]]]})
     assert e.value.field is not None and e.value.field.startswith("capabilities.l")

@@ -3,7 +3,8 @@ cites, its state tables are the code's tables, and the links between the documen
 
 Code comments cite rule ids (``# R8:``, ``I1``, ``wake 9``); a newcomer must find each in
 docs/design.md. The state tables there are written for people, so a test holds them to
-``mediator/states.py`` — the module is the truth, and a change to it that the page does not follow
+``mediator/core/states.py`` — the module is the truth, and a change to it that the page does not
+follow
 fails here.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mediator.states import RUN_TRANSITIONS, STEP_TRANSITIONS
+from mediator.core.states import RUN_TRANSITIONS, STEP_TRANSITIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"
@@ -94,7 +95,7 @@ def test_every_id_the_code_cites_is_defined():
     ids=["run", "step"],
 )
 def test_the_state_tables_are_the_codes_tables(heading, table):
-    """mediator/states.py is the truth; the page lists exactly its moves."""
+    """mediator/core/states.py is the truth; the page lists exactly its moves."""
     section = _section(DESIGN.read_text("utf-8"), heading)
     assert _table_moves(section) == _code_moves(table)
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mediator import contract, match
-from mediator.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject
+from mediator.core import capabilities, match
+from mediator.core.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject
 
 
 def fleet(**caps: dict[str, Any]) -> list[Advert]:
@@ -239,7 +239,7 @@ def test_duplicate_node_ids_are_refused() -> None:
 def test_each_advert_is_checked_once_per_role(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sweep calls match for many runs: a fleet of 100 and 10 roles costs 1,000 checks."""
     calls = 0
-    real = contract.satisfies
+    real = capabilities.satisfies
 
     def counting(needs: Any, caps: Any) -> bool:
         nonlocal calls
@@ -317,7 +317,7 @@ def test_assignment_uses_only_available_satisfying_nodes_within_the_cap(problem:
         assert set(result.roles) == set(needs)
         for role, node in result.roles.items():
             assert node not in unavailable
-            assert contract.satisfies(needs[role], caps[node])
+            assert capabilities.satisfies(needs[role], caps[node])
         assert result.width == len(set(result.roles.values())) == len(result.nodes())
         assert result.width <= max_width
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mediator.contract import satisfies
-from mediator.match import Advert, AdvertIndex, match
+from mediator.core.capabilities import satisfies
+from mediator.core.match import Advert, AdvertIndex, match
 
 scalars = st.one_of(
     st.booleans(),

@@ -1,4 +1,4 @@
-"""mediator.progress: what a result does to its run, decided without a database (issue 13).
+"""mediator.core.progress: what a result does to its run, decided without a database (issue 13).
 
 The result flow reads the run once and applies this decision in one guarded statement; these
 worked examples pin each rule of docs/design.md §9–10 on the pure function alone.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mediator.progress import decide_result, due_asks, end_early, progress
-from mediator.rows import RunLease, Step
-from mediator.states import RunState, StepState, Verdict
+from mediator.core.progress import decide_result, due_asks, end_early, progress
+from mediator.core.rows import RunLease, Step
+from mediator.core.states import RunState, StepState, Verdict
 
 
 def step(seq: int, name: str, node: str = "", state: str = "PENDING", **kw: Any) -> Step:

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mediator.core.states import RunState
 from mediator.records import _dumps, _jsonl
-from mediator.states import RunState
 
 
 def reference(obj: Any) -> bytes:

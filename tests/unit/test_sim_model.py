@@ -145,7 +145,8 @@ def test_R1_no_candidate_and_too_wide_are_rejected_at_submit() -> None:
 
 
 def test_no_candidate_for_any_role_wins_over_a_busy_earlier_role() -> None:
-    """As `mediator.match`: every role needs a live candidate before ALL_BUSY is considered, so a
+    """As `mediator.core.match`: every role needs a live candidate before ALL_BUSY is considered,
+    so a
     contract no fleet can serve is refused (422) rather than queued for ever behind a busy role."""
     tpl = Template(
         "two",

@@ -1,4 +1,4 @@
-"""The model's matcher against `mediator.match` on random fleets (docs/design.md §4).
+"""The model's matcher against `mediator.core.match` on random fleets (docs/design.md §4).
 
 `sim.model` re-implements the matcher instead of importing it (docs/design.md §20: an independent
 implementation is what makes the differential test evidence). This test is where the two meet
@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mediator.match import Advert, Assignment, match
+from mediator.core.match import Advert, Assignment, match
 from sim.model import ALL_BUSY, OK, Model
 from sim.scenarios import (
     Fleet,

@@ -1,4 +1,5 @@
-"""issue 13, "the state table decides": every state the SQL writes is an edge of mediator.states.
+"""issue 13, "the state table decides": every state the SQL writes is an edge of
+mediator.core.states.
 
 The test reads ``mediator/store/queries.sql`` (and the functions of ``schema.sql``) the way a
 reviewer would: for every ``UPDATE runs|steps … SET state = …`` and every ``INSERT INTO
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from mediator.states import (
+from mediator.core.states import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
     InvalidTransition,

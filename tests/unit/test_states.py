@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from mediator.errors import Conflict, MediatorError
-from mediator.states import (
+from mediator.core.errors import Conflict, MediatorError
+from mediator.core.states import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
     TERMINAL_RUN,

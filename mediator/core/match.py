@@ -19,7 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mediator.contract import satisfies
+from mediator.core.capabilities import satisfies
 
 NO_CANDIDATE: Final = "NO_CANDIDATE"
 ALL_BUSY: Final = "ALL_BUSY"

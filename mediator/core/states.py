@@ -43,7 +43,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final, TypeVar
 
-from mediator.errors import Conflict
+from mediator.core.errors import Conflict
 
 
 class RunState(StrEnum):

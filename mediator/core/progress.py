@@ -5,7 +5,8 @@ leases, the steps again after raising asks, ...). Now the flow reads the run onc
 decides everything from that one snapshot — the step's new state, the dependants SKIPPED, the
 at-boundary drain, the asks due, applyRelease, SettleIfDone — and the store applies the
 :class:`Decision` in one statement guarded by the run's version, so a concurrent change makes it
-match nothing and the flow reads again. Every state it writes is an edge of ``mediator.states``:
+match nothing and the flow reads again. Every state it writes is an edge of
+``mediator.core.states``:
 the decision checks each move with ``run_transition``/``step_transition`` as it makes it.
 """
 
@@ -15,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mediator import contract as contract_mod
-from mediator.rows import RunLease, Step
-from mediator.states import (
+from mediator.core import contract as contract_mod
+from mediator.core.rows import RunLease, Step
+from mediator.core.states import (
     TERMINAL_RUN,
     TERMINAL_STEP,
     RunState,
