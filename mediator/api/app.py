@@ -37,7 +37,7 @@ from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
 from mediator.api.openapi import install as install_openapi
 from mediator.core.errors import ContractError, Forbidden, MediatorError, NotFound
-from mediator.flows import Mediator
+from mediator.flows import Mediator, Outcome
 
 log = logging.getLogger("mediator.api")
 
@@ -45,6 +45,8 @@ MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
 MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 UI_DIR = Path(__file__).with_name("ui")
 PID = str(os.getpid())  # a spawned worker imports this module anew
+SUBMIT_STATUS = {Outcome.STARTED: 201, Outcome.QUEUED: 202, Outcome.EXISTING: 200,
+                 Outcome.DRY_RUN: 200, Outcome.REJECTED: 422}  # fmt: skip
 
 
 # FastAPI's built-in OpenTelemetry (newer releases) asks on every request whether a tracer is
@@ -316,7 +318,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
         if not isinstance(doc, dict):
             raise ContractError("The contract must be a JSON object.", field=None)
         sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
-        return FastJSON(sub.body(), sub.status)  # Run.to_dict is JSON-ready already
+        return FastJSON(sub.body(), SUBMIT_STATUS[sub.outcome])  # Run.to_dict is JSON-ready
 
     # 6 -- list runs
     @app.get("/v1/runs", tags=["runs"])

@@ -29,8 +29,7 @@ import mediator.flows.sweep as sweep_flow
 from mediator.clock import Clock
 from mediator.config import Config
 from mediator.core.errors import StoreUnavailable
-from mediator.core.match import Assignment
-from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList, Step
+from mediator.core.rows import Ask, Fleet, Run, RunList, Step
 from mediator.flows.after import AfterCommit
 from mediator.flows.context import Context
 from mediator.flows.ending import ReapReport
@@ -61,8 +60,7 @@ class Mediator:
         self.records = records
         self.clock = clock
         self._embedded = embedded
-        # Every wake calls wake_queued through the instance, so a test can count or break it.
-        self.ctx = Context(store, config, records, clock, wake=lambda: self.wake_queued())
+        self.ctx = Context(store, config, records, clock)
         # Wake 5 on reconnect, and outages given back to nodes (docs/design.md).
         store.on_reconnect.append(self._on_reconnect)
 
@@ -190,7 +188,8 @@ class Mediator:
     def submit(
         self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
     ) -> Submission:
-        """Submit a run: 201 RUNNING, 202 QUEUED, 200 existing / dry run, 422 FAILED.
+        """Submit a run: its :class:`~mediator.flows.submit.Outcome` — started (RUNNING), queued,
+        existing (R3) or dry run, rejected (FAILED) — and the run as committed.
 
         Raises:
             ContractError: the contract is malformed (400); nothing is written.
@@ -198,19 +197,10 @@ class Mediator:
         return submit_flow.submit(self.ctx, contract, principal, dry_run)
 
     def wake_queued(self) -> WakeReport:
-        """The promotion sweep over the queue, FIFO with skipping (timed for the observers)."""
-        return sweep_flow.wake_queued(self.ctx, self.promote)
-
-    def promote(
-        self,
-        run_id: str,
-        res: Assignment,
-        needs: dict[str, dict[str, Any]],
-        by_id: dict[str, FleetNode],
-    ) -> bool:
-        """Move one run QUEUED → RUNNING in its own transaction (R7, R12); False if it was no
-        longer QUEUED (R8). Raises NodeTaken when a lease conflicts (R9)."""
-        return sweep_flow.promote(self.ctx, run_id, res, needs, by_id)
+        """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
+        Every wake point sweeps through ``AfterCommit``, which calls the sweep itself; this is
+        the sweep on demand (tools, benchmarks, tests)."""
+        return sweep_flow.wake_queued(self.ctx)
 
     # ---- nodes (mediator/flows/advert.py, steps.py) ----------------------------------------------
     def advert(

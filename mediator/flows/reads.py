@@ -17,7 +17,7 @@ from mediator.core.errors import ContractError, NotFound
 from mediator.core.match import Reject, match
 from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList
 from mediator.core.states import RunState
-from mediator.flows.context import view
+from mediator.flows.fleet import view
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

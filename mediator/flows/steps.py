@@ -330,7 +330,7 @@ def report(
     log = limits.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
     decision, applied, ended = _apply_result(ctx, run_id, seq, node_id, attempt, outcome, log,
                                              instance)  # fmt: skip
-    if decision.step is not None and not decision.step[2]:
+    if decision.step is not None and not decision.step.ends:
         return ReportResult("", True, (), StepState.PENDING)  # R15: a rollback does not wake
     change = Change(
         run_id, decision.settled, list(applied.released), list(applied.asks), applied.seal

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
@@ -166,7 +166,13 @@ def _result_source(run_id: str, rows: list[dict[str, Any]]) -> ResultSource | No
     )
 
 
-SweepHead = tuple[list[NeedsClass], list[FleetNode], list[QueuedRun]]
+class SweepHead(NamedTuple):
+    """A sweep's first read (``sweep_head``, one statement): the waiting needs classes, the
+    live fleet, and the queue's head in (created_at, run_id) order."""
+
+    classes: list[NeedsClass]
+    fleet: list[FleetNode]
+    head: list[QueuedRun]
 
 
 def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
@@ -182,7 +188,7 @@ def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
             head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
     fleet.sort(key=lambda n: n.node_id)
     head.sort(key=lambda q: (q.created_at, q.run_id))
-    return classes, fleet, head
+    return SweepHead(classes, fleet, head)
 
 
 # One cursor per connection and statement (issue 13, docs/performance.md): a cursor keeps its
@@ -503,7 +509,7 @@ class Tx:
         only if the run is still as read: its version, the reporting node's instance and the
         at-boundary nodes among its leases. ``matched`` False: nothing was written; read again.
         """
-        seq, step_to, ends = decision.step or (None, None, False)
+        move = decision.step
         params: dict[str, Any] = {
             "run_id": src.run.run_id,
             "version": src.version,
@@ -513,10 +519,10 @@ class Tx:
             "run_to": str(decision.run_to) if decision.run_to is not None else None,
             "run_from": [str(decision.run_from)],
             "verdict": str(decision.verdict) if decision.verdict is not None else None,
-            "seq": seq,
-            "step_to": str(step_to) if step_to is not None else None,
+            "seq": move.seq if move is not None else None,
+            "step_to": str(move.state) if move is not None else None,
             "step_from": [str(decision.step_from)],
-            "step_ends": ends,
+            "step_ends": move is not None and move.ends,
             "log": log,
             "skips": list(decision.skipped),
             **_step_edge(StepState.SKIPPED, "skip"),

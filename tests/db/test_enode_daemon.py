@@ -137,7 +137,7 @@ def test_a_tick_adverts_polls_claims_runs_and_reports(node, med, wire, url):
     )  # fmt: skip
 
     sub = med.submit(contract({"name": "hello", "uses": "shell", "with": {"cmd": "echo hi"}}))
-    assert sub.status == 201
+    assert sub.outcome == Outcome.STARTED
     run_id = sub.run.run_id
 
     assert node.tick() is True

@@ -21,7 +21,7 @@ from typing import Any
 import pg8000.native
 import pytest
 
-from mediator import Config, Mediator
+from mediator import Config, Mediator, Outcome
 from mediator.pg import EmbeddedPostgres
 from mediator.store.db import admin_execute, load_schema
 from tests.db.conftest import ManualClock, advert, contract
@@ -152,7 +152,7 @@ def test_a_one_step_run_costs_at_most_its_bound_in_statements(
     advert(med, "x")
     tally("steady heartbeat", lambda: advert(med, "x"))
     sub = tally("submit (free node) → 201", lambda: med.submit(contract()))
-    assert sub.status == 201
+    assert sub.outcome == Outcome.STARTED
     run_id = sub.run.run_id
     (step,) = tally("work", lambda: med.work("x"))
     claimed = tally("claim", lambda: med.claim(run_id, step.seq, "x", "i1"))
@@ -166,7 +166,7 @@ def test_a_one_step_run_costs_at_most_its_bound_in_statements(
         "submit with its own run_id (free node) → 201",
         lambda: med.submit(contract("named")),
     )
-    assert named.status == 201
+    assert named.outcome == Outcome.STARTED
     life = ("submit (free node) → 201", "work", "claim", "result (last step → settle → seal)")
     tally.seen["one-step run"] = sum(tally.seen[f] for f in life)
     tally.detail["one-step run"] = sum((tally.detail[f] for f in life), Counter())
@@ -183,7 +183,7 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     advert(med, "y")
     first = med.submit(contract())
     queued = tally("submit (node busy) → 202", lambda: med.submit(contract()))
-    assert (first.status, queued.status) == (201, 202)
+    assert (first.outcome, queued.outcome) == (Outcome.STARTED, Outcome.QUEUED)
     report = tally("sweep, one run queued, nothing free", med.wake_queued)
     assert report.promoted == []
     (step,) = med.work("y")
@@ -197,7 +197,7 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     # The holder's end is written by SQL, outside the count and without a wake, so the sweep
     # below is the whole of the promotion.
     waiting = med.submit(contract())
-    assert waiting.status == 202
+    assert waiting.outcome == Outcome.QUEUED
     with med.store.pool.connection() as conn:
         conn.execute("DELETE FROM leases WHERE run_id = %s", (queued.run.run_id,))
         conn.execute(

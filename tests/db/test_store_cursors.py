@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.rows import class_row, dict_row
 
-from mediator import Conflict, Mediator
+from mediator import Conflict, Mediator, Outcome
 from mediator.core.errors import MediatorError
 from mediator.core.rows import Step
 from mediator.store import db
@@ -60,7 +60,7 @@ def test_no_kept_cursor_holds_a_result_after_its_rows_are_read(med):
     advert(med, "X")
     doc = contract("big")
     doc["steps"][0]["with"] = {"blob": ["x" * 9_000] * 100}
-    assert med.submit(doc).status == 201
+    assert med.submit(doc).outcome == Outcome.STARTED
     (step,) = med.work("X")
     claimed = med.claim("big", step.seq, "X", "i1")
     assert kept_results() == []
