@@ -57,6 +57,15 @@ class ReportResult:
     released: tuple[str, ...]
     step_state: str
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer of a result and of an answer (docs/design.md §19)."""
+        return {
+            "settled": self.settled,
+            "rolled": self.rolled,
+            "released": list(self.released),
+            "step_state": self.step_state,
+        }
+
 
 def ev(run_id: str, kind: str, node_id: str = "", **data: Any) -> dict[str, Any]:
     return {"run_id": run_id, "node_id": node_id, "kind": kind, "data": data}

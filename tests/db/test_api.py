@@ -91,12 +91,12 @@ def test_the_route_table_is_the_18_routes_of_api_md(med):
     app = create_app(med)
     routes = {
         (m, r.path)
-        for r in app.routes
+        for r in app.state.routes  # flat: the routers' routes and the app's own
         for m in getattr(r, "methods", None) or ()
         if m != "HEAD" and r.path not in ("/docs", "/redoc")
     }
     assert routes == EXPECTED_ROUTES
-    mounts = [r.path for r in app.routes if not getattr(r, "methods", None)]
+    mounts = [r.path for r in app.state.routes if not getattr(r, "methods", None)]
     assert mounts == [""] or mounts == ["/"]  # 18: the panel's static files at /
 
 
@@ -269,6 +269,38 @@ def test_cancel_by_a_stranger_is_403_by_the_submitter_or_an_admin_200(authed):
 def test_roles_nodes_cannot_submit_and_clients_cannot_advertise(authed):
     assert authed.post("/v1/runs", json=contract("a"), headers=bearer("tn1")).status_code == 403
     assert node(authed, "N9", headers=bearer("tc1")).status_code == 403
+
+
+def test_the_caller_is_checked_before_the_request_is_read(authed):
+    """docs/security.md: who calls and with which role is a dependency of the route
+    (mediator/api/deps.py), resolved before the body and parameters are validated — a caller
+    without a valid token learns nothing about what the route would accept."""
+    junk = {"node_id": 5, "capabilities": []}
+    assert authed.post("/v1/nodes", json=junk).status_code == 401
+    assert authed.post("/v1/nodes", json=junk, headers=bearer("tc1")).status_code == 403
+    assert authed.post("/v1/nodes", json=junk, headers=bearer("tn1")).status_code == 400
+    assert authed.get("/v1/runs?limit=0").status_code == 401
+    assert authed.get("/v1/runs?limit=0", headers=bearer("tc1")).status_code == 400
+
+
+def test_a_router_is_an_app_of_its_own(med):
+    """issue 26 §2: routes live in routers (mediator/api/routes), what they depend on in
+    mediator/api/deps.py: one router serves alone, without the factory."""
+    from fastapi import FastAPI
+
+    from mediator.api.routes import runs
+    from tests.db.conftest import advert
+
+    app = FastAPI()
+    app.state.med, app.state.tokens = med, Tokens(None)
+    app.include_router(runs.router)
+    advert(med, "X")
+    with TestClient(app) as alone:
+        assert alone.post("/v1/runs", json=contract("a")).status_code == 201
+        assert alone.post("/v1/runs", json=contract("b")).status_code == 202
+        assert alone.post("/v1/runs", json=contract("a")).status_code == 200
+        assert alone.get("/v1/runs/b").json()["queue_position"] == 1
+        assert alone.get("/v1/asks").status_code == 404  # not this router's
 
 
 # ---- events, metrics, health ----
