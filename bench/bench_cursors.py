@@ -33,8 +33,9 @@ from psycopg.types.json import Jsonb
 from mediator import Mediator, Outcome
 from mediator.core.rows import Step
 from mediator.pg import EmbeddedPostgres
-from mediator.store.db import Tx, check_edges
+from mediator.store.connector import check_edges
 from mediator.store.queries import QUERIES
+from mediator.store.tx import Tx
 
 
 def fresh_cursor(tx: Tx, name: str, params: dict[str, Any], row: Any) -> list[Any]:

@@ -22,7 +22,7 @@ from mediator.core.states import RunState
 from mediator.flows import sweep as sweep_flow
 from mediator.flows.sweep import HEAD_PAGE, WakeReport
 from mediator.flows.wake import Wake
-from mediator.store.db import SweepHead
+from mediator.store.tx import SweepHead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

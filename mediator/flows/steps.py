@@ -38,7 +38,7 @@ from mediator.core.states import (
 )
 from mediator.flows.after import Change
 from mediator.flows.wake import Wake
-from mediator.store.db import Tx
+from mediator.store.tx import Tx
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

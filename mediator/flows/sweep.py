@@ -26,7 +26,7 @@ from mediator.core.match import (
 )
 from mediator.core.rows import FleetNode, QueuedRun
 from mediator.flows.fleet import lease_rows, run_acquires, view
-from mediator.store.db import SweepHead
+from mediator.store.tx import SweepHead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context

@@ -342,7 +342,7 @@ def test_healthz(client):
 
 def _count_statements(monkeypatch):
     """Count the named statements the store runs (a spy on Tx._rows, which every query passes)."""
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     seen: list[str] = []
     real = Tx._rows

@@ -18,7 +18,7 @@ from mediator import Mediator, Outcome
 from mediator.core.errors import NodeTaken
 from mediator.core.progress import due_asks
 from mediator.core.states import StepState
-from mediator.store.db import Tx
+from mediator.store.tx import Tx
 from tests.db.conftest import advert, contract
 
 

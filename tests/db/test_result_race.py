@@ -193,7 +193,7 @@ def test_a_result_that_keeps_losing_races_takes_the_run_lock_and_completes(med, 
     # real write to the run from another connection (as a claim of another step would), so the
     # first three writes match nothing; the fourth try takes the run row first (docs/design.md
     # §9), reads under that lock and cannot lose. The result is recorded exactly once.
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     advert(med, "X", board="x")
     advert(med, "Y", board="y")
@@ -260,7 +260,7 @@ def test_the_record_sealed_from_the_result_s_own_write_is_the_one_a_read_would_g
 
 def statements(med: Mediator, monkeypatch: Any) -> list[str]:
     """The named statements the Mediator sends from now on, in order."""
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     sent: list[str] = []
     rows = Tx._rows

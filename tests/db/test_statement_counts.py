@@ -23,7 +23,7 @@ import pytest
 
 from mediator import Config, Mediator, Outcome
 from mediator.pg import EmbeddedPostgres
-from mediator.store.db import admin_execute, load_schema
+from mediator.store.connector import admin_execute, load_schema
 from tests.db.conftest import ManualClock, advert, contract
 
 

@@ -19,7 +19,7 @@ from psycopg.rows import class_row, dict_row
 from mediator import Conflict, Mediator, Outcome
 from mediator.core.errors import MediatorError
 from mediator.core.rows import Step
-from mediator.store import db
+from mediator.store import connector
 from mediator.store.queries import QUERIES
 from tests.db.conftest import advert, contract
 
@@ -29,7 +29,7 @@ def kept_cursors() -> dict[str, psycopg.Cursor[Any]]:
     return {
         name: cur
         for conn in gc.get_objects()
-        if isinstance(conn, db._Connection)
+        if isinstance(conn, connector._Connection)
         for (name, _shape), cur in conn.statement_cursors.items()
     }
 

@@ -13,7 +13,7 @@ import pytest
 
 import mediator.flows.sweep as sweep_flow
 from mediator import Config, ConfigError, Mediator, Outcome
-from mediator.store.db import SweepHead
+from mediator.store.tx import SweepHead
 from tests.db.conftest import advert, contract
 
 
