@@ -75,7 +75,7 @@ def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     # RFC 9110 §15.5.6: a 405 lists the methods the resource has. The panel's mount at "/"
     # matches every path, so a wrong method on an API path reaches it and comes back as its
     # 404 or bare 405: the API's routes decide (the static files know only GET and HEAD).
-    methods = route_methods(request.app.state.routes, request.url.path)
+    methods = route_methods(request.app.routes, request.url.path)
     if exc.status_code in (404, 405) and methods and request.method not in methods:
         exc = StarletteHTTPException(405)
     elif exc.status_code == 405:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from mediator.api.deps import Caller, Med, NodeCaller, as_node
+from mediator.api.responses import FastJSON
 from mediator.api.schemas import V1, AdvertAnswer, AdvertBody, Fleet, NodeId, Work, answers
 
 router = APIRouter(tags=["nodes"])
@@ -16,7 +15,7 @@ router = APIRouter(tags=["nodes"])
 @router.post(
     "/v1/nodes", response_model=None, responses=answers({200: AdvertAnswer}, 400, 403, 413, *V1)
 )
-def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> dict[str, Any]:
+def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> Response:
     ttl = med.advert(
         body.node_id,
         body.capabilities,
@@ -25,7 +24,7 @@ def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> dict[str, Any]:
         drain=body.policy.drain,
         principal=p.name,
     )
-    return {"advert_ttl_seconds": ttl}
+    return FastJSON({"advert_ttl_seconds": ttl})
 
 
 # 2 -- work
@@ -34,12 +33,12 @@ def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> dict[str, Any]:
     response_model=None,
     responses=answers({200: Work}, 400, 403, 404, *V1),
 )
-def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> dict[str, Any]:
+def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> Response:
     as_node(med, p, node_id)
-    return {"steps": [s.to_dict() for s in med.work(node_id)]}
+    return FastJSON({"steps": [s.to_dict() for s in med.work(node_id)]})
 
 
 # 11 -- fleet
 @router.get("/v1/nodes", response_model=None, responses=answers({200: Fleet}, *V1))
-def list_nodes(med: Med, p: Caller) -> dict[str, Any]:
-    return med.list_nodes().to_dict()
+def list_nodes(med: Med, p: Caller) -> Response:
+    return FastJSON(med.list_nodes().to_dict())

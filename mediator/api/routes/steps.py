@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from mediator.api.deps import Med, NodeCaller, as_node
+from mediator.api.responses import FastJSON
 from mediator.api.schemas import (
     V1,
     ClaimBody,
@@ -27,9 +26,9 @@ router = APIRouter(tags=["nodes"])
     response_model=None,
     responses=answers({200: Step}, 400, 403, 404, 409, 413, *V1),
 )
-def post_claim(run_id: RunId, seq: Seq, body: ClaimBody, med: Med, p: NodeCaller) -> dict[str, Any]:
+def post_claim(run_id: RunId, seq: Seq, body: ClaimBody, med: Med, p: NodeCaller) -> Response:
     as_node(med, p, body.node_id)
-    return med.claim(run_id, seq, body.node_id, body.instance).to_dict()
+    return FastJSON(med.claim(run_id, seq, body.node_id, body.instance).to_dict())
 
 
 # 4 -- result
@@ -38,10 +37,7 @@ def post_claim(run_id: RunId, seq: Seq, body: ClaimBody, med: Med, p: NodeCaller
     response_model=None,
     responses=answers({200: StepResult}, 400, 403, 404, 409, 413, *V1),
 )
-def post_result(
-    run_id: RunId, seq: Seq, body: ResultBody, med: Med, p: NodeCaller
-) -> dict[str, Any]:
+def post_result(run_id: RunId, seq: Seq, body: ResultBody, med: Med, p: NodeCaller) -> Response:
     as_node(med, p, body.node_id)
-    return med.report(
-        run_id, seq, body.node_id, body.attempt, body.outcome, body.log, body.instance
-    ).to_dict()
+    r = med.report(run_id, seq, body.node_id, body.attempt, body.outcome, body.log, body.instance)
+    return FastJSON(r.to_dict())
