@@ -76,6 +76,14 @@ def _result_source(run_id: str, rows: list[dict[str, Any]]) -> ResultSource | No
     )
 
 
+class SubmitRead(NamedTuple):
+    """A submit's one read: whether its ``run_id`` exists (R3), and the live nodes that may serve
+    some role of it."""
+
+    exists: bool
+    fleet: list[FleetNode]
+
+
 class SweepHead(NamedTuple):
     """A sweep's first read (``sweep_head``, one statement): the waiting needs classes, the
     live fleet, and the queue's head in (created_at, run_id) order."""
@@ -110,15 +118,13 @@ class Tx(Statements):
 
     def fleet_for(self, roles: dict[str, dict[str, Any]]) -> list[FleetNode]:
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
-        return self.submit_read(roles, None)[1]
+        return self.submit_read(roles, None).fleet
 
-    def submit_read(
-        self, roles: dict[str, dict[str, Any]], run_id: str | None
-    ) -> tuple[bool, list[FleetNode]]:
+    def submit_read(self, roles: dict[str, dict[str, Any]], run_id: str | None) -> SubmitRead:
         """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
         rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple)
         fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
-        return bool(rows and rows[0][0]), fleet
+        return SubmitRead(bool(rows and rows[0][0]), fleet)
 
     def live_adverts(self) -> list[LiveAdvert]:
         return self._rows("live_adverts", row=LiveAdvert)
