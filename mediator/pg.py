@@ -247,7 +247,7 @@ class EmbeddedPostgres:
 
     def ensure_database(self, database: str) -> None:
         """Create ``database`` on this cluster unless it exists."""
-        import pg8000.native  # testing.postgresql's own driver; keeps psycopg in store/db.py
+        import pg8000.native  # testing.postgresql's own driver; keeps psycopg in store/connector.py
 
         con = pg8000.native.Connection(
             "postgres", unix_sock=self._pg.dsn()["unix_sock"], database="postgres"

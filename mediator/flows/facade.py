@@ -3,7 +3,7 @@
 The HTTP API, the CLI and the simulator all call :class:`Mediator`; none of them re-implements a
 flow. Each public method delegates to one flow module of this package, handing it the shared
 :class:`~mediator.flows.context.Context`; decisions come from the pure modules (``contract``,
-``match``, ``states``), persistence from ``store.db``, files from ``records``, and everything after
+``match``, ``states``), persistence from the store, files from ``records``, and everything after
 a commit (seal, PushAsks, wake) from :class:`~mediator.flows.after.AfterCommit`. Every
 run-changing transaction follows the locking rule of docs/design.md §9: the run row first, then
 steps, leases, asks.
