@@ -194,7 +194,6 @@ def test_with_a_charts_url_the_comment_links_its_charts_instead_of_showing_them(
     assert f"[`{chart}`]({url})" in text and (tmp_path / chart).stat().st_size > 1000
 
 
-
 def test_the_example_ci_workflow_runs_the_gate_on_the_committed_baseline() -> None:
     """issue 16 §5: examples/scheduler-gate.yml is valid YAML, runs `python -m sim check` with
     JUnit and Markdown output, against a baseline directory that exists in the repository."""
