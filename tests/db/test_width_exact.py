@@ -14,6 +14,8 @@ import random
 from mediator import Config, Mediator
 from tests.db.conftest import contract
 
+TRIALS = 120
+
 
 def counterexample(med: Mediator) -> dict:
     """max_width 2; roles a–d need ra–rd; G{ra,rb}, H{ra,rc}, J{rb,rd}. {H, J} covers all."""
@@ -62,19 +64,19 @@ def _fits(serves: dict[str, set[str]], nodes: list[str], width: int) -> bool:
 
 
 def test_submit_is_refused_exactly_when_no_assignment_of_live_nodes_fits(dsn, clock, tmp_path):
-    """40 random fleets of 2–5 nodes, 2–4 roles, some nodes busy, max_width 1–3, each in its
-    own capability namespace on one database. 422 iff no set of live nodes of at most
+    """TRIALS random fleets of 3–6 nodes serving two of 3–5 roles each, some nodes busy,
+    max_width 2–3, each in its own capability namespace on one database. 422 iff no set of live nodes of at most
     max_width serves every role; else 201 iff such a set of free nodes exists; else 202."""
     rng = random.Random(2024)
     with Mediator.connect(dsn, Config(max_width=3), clock, records_root=str(tmp_path)) as med:
-        for t in range(40):
-            max_width = rng.randint(1, 3)
+        for t in range(TRIALS):
+            max_width = rng.randint(2, 3)
             med.ctx.config = Config(max_width=max_width)
-            roles = [f"r{i}" for i in range(rng.randint(2, 4))]
-            nodes = [f"t{t}n{i}" for i in range(rng.randint(2, 5))]
+            roles = [f"r{i}" for i in range(rng.randint(3, 5))]
+            nodes = [f"t{t}n{i}" for i in range(rng.randint(3, 6))]
             serves: dict[str, set[str]] = {r: set() for r in roles}
             for n in nodes:
-                mine = rng.sample(roles, rng.randint(1, min(3, len(roles))))
+                mine = rng.sample(roles, 2)  # two each: where greedy folding goes wrong
                 for r in mine:
                     serves[r].add(n)
                 med.advert(n, {**{f"t{t}{r}": True for r in mine}, f"t{t}id": n}, "i")
