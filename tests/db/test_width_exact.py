@@ -65,8 +65,9 @@ def _fits(serves: dict[str, set[str]], nodes: list[str], width: int) -> bool:
 
 def test_submit_is_refused_exactly_when_no_assignment_of_live_nodes_fits(dsn, clock, tmp_path):
     """TRIALS random fleets of 3–6 nodes serving two of 3–5 roles each, some nodes busy,
-    max_width 2–3, each in its own capability namespace on one database. 422 iff no set of live nodes of at most
-    max_width serves every role; else 201 iff such a set of free nodes exists; else 202."""
+    max_width 2–3, each in its own capability namespace on one database. 422 iff no set of
+    live nodes of at most max_width serves every role; else 201 iff such a set of free nodes
+    exists; else 202."""
     rng = random.Random(2024)
     with Mediator.connect(dsn, Config(max_width=3), clock, records_root=str(tmp_path)) as med:
         for t in range(TRIALS):
