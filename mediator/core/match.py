@@ -265,10 +265,11 @@ def narrowest(
     among the narrowest assignments it returns the first that order reaches, and the greedy one
     itself when it is the narrowest. Widths are tried from a lower bound up (iterative
     deepening); a branch stops when its width plus a lower bound on what is left (the fewest
-    nodes whose largest gains add up to the uncovered roles) exceeds the width tried; two
-    candidates that serve the same uncovered roles lead to the same subtree, so only the first
-    is tried; and a coverage already shown not to complete with as many nodes left is not
-    searched again.
+    nodes whose largest gains add up to the uncovered roles) exceeds the width tried; a
+    candidate whose uncovered roles an earlier candidate also serves is skipped (whatever
+    completes its branch would have completed the earlier one, which failed — so the order of
+    answers is kept); and a coverage already shown not to complete with as many nodes left is
+    not searched again.
 
     The cost is exponential in the worst case (set cover is NP-hard); it stays small because
     the covered-roles states number at most 2^roles and roles that have the same candidates are
@@ -325,12 +326,12 @@ def narrowest(
             failed.add((covered, width - len(chosen)))
             return None
         first = (uncovered & -uncovered).bit_length() - 1  # the first uncovered role
-        tried: set[int] = set()
+        tried: list[int] = []
         for node in order[first]:
             gain = mask[node] & uncovered
-            if gain in tried:
-                continue  # the same subtree as an earlier candidate's
-            tried.add(gain)
+            if any(gain & t == gain for t in tried):
+                continue  # an earlier candidate covered these roles and more, and failed
+            tried.append(gain)
             found = search(covered | mask[node], [*chosen, node], width)
             if found is not None:
                 return found
