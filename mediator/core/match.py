@@ -269,7 +269,10 @@ def narrowest(
     candidate whose uncovered roles an earlier candidate also serves is skipped (whatever
     completes its branch would have completed the earlier one, which failed — so the order of
     answers is kept); and a coverage already shown not to complete with as many nodes left is
-    not searched again.
+    not searched again. Whether a width is possible at all is first decided by the same search
+    branching on the role with the fewest kinds of candidates (``fits``), which is far quicker to
+    prove a width impossible; the ordered search runs only at the width that fits, and descends
+    only into the first candidate (in its order) after which the rest can still fit.
 
     The cost is exponential in the worst case (set cover is NP-hard); it stays small because
     the covered-roles states number at most 2^roles and roles that have the same candidates are
@@ -332,13 +335,41 @@ def narrowest(
             if any(gain & t == gain for t in tried):
                 continue  # an earlier candidate covered these roles and more, and failed
             tried.append(gain)
-            found = search(covered | mask[node], [*chosen, node], width)
-            if found is not None:
-                return found
+            if fits(covered | mask[node], width - len(chosen) - 1):
+                return search(covered | mask[node], [*chosen, node], width)  # finds one
         failed.add((covered, width - len(chosen)))
         return None
 
+    by_role = [sorted({mask[x] for x in order[i]}, key=int.bit_count, reverse=True)
+               for i in range(n)]  # fmt: skip
+
+    def fits(covered: int, left: int) -> bool:
+        """Whether ``left`` more nodes can cover the rest — in any order: branching on the role
+        with the fewest kinds of candidate proves a width impossible far sooner than the greedy
+        order does. What fails is remembered in ``failed``, which the ordered search shares."""
+        if covered == full:
+            return True
+        if (covered, left) in failed:
+            return False
+        uncovered = full & ~covered
+        if bound(uncovered) > left:
+            failed.add((covered, left))
+            return False
+        role = min((i for i in range(n) if uncovered >> i & 1), key=lambda i: len(by_role[i]))
+        tried: list[int] = []
+        for m in by_role[role]:
+            gain = m & uncovered
+            if any(gain & t == gain for t in tried):
+                continue
+            tried.append(gain)
+            if fits(covered | m, left - 1):
+                return True
+        failed.add((covered, left))
+        return False
+
     for width in range(bound(full), max_width + 1):
+        if not fits(0, width):
+            continue  # no assignment this narrow: the ordered search is not needed
         nodes = search(0, [], width)
         if nodes is not None:
             assigned = {
