@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -191,6 +192,9 @@ def test_every_committed_event_reaches_every_reader_once_in_numeric_tx_order(
             except (AssertionError, ConnectionError) as e:
                 seen[name] = f"{len(sse_ids(s.data))} frames, no end: {e}"[:200]
         assert seen == dict.fromkeys(seen, want)
+        # The bound's counter exists and, the order holding, never counted a row.
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        assert re.search(r"^mediator_event_rows_out_of_order_total 0\.0$", metrics, re.M)
         replay.close()
     finally:
         for s in live:
