@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mediator.core import limits
 from mediator.core.errors import ContractError, NotFound
-from mediator.core.match import Reject, match
+from mediator.core.match import TOO_WIDE, Assignment, Reject, match
 from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList
 from mediator.core.states import RunState
 from mediator.flows.context import view
@@ -56,6 +56,19 @@ def wait_reason(
         }
     reason = res.as_dict()
     cands = set(reason.get("candidates") or ())
+    if res.code == TOO_WIDE:
+        # Width, exactly (design.md §4): no assignment of the free nodes fits max_width, but
+        # one of every live node does (else submit refused it) — the run waits for the nodes
+        # of that one which are busy or draining now, and the reason names them.
+        able = match(needs, adverts, (), ctx.config.max_width)
+        if isinstance(able, Assignment):
+            cands = set(able.nodes())
+            waits = sorted(cands & (busy | draining))
+            named = ", ".join(waits[:5]) + (f" and {len(waits) - 5} more" if len(waits) > 5 else "")
+            reason["message"] = (
+                f"Within max_width {ctx.config.max_width} the run needs nodes that are busy or "
+                f"draining now ({named}); it waits until they are released."
+            )
     reason["busy"] = sorted(cands & busy)
     reason["draining"] = sorted(cands & draining)
     return reason

@@ -122,12 +122,13 @@ def submit(
     adverts, busy, draining = view(fleet)
     res: Assignment | Reject | None = match(needs, adverts, busy | draining, max_width)
     if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
-        # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
-        # ignores availability is too wide as well; otherwise freeing nodes can make the
-        # run narrow (folding), so it waits in the queue, its wait_reason TOO_WIDE. And
-        # the converse: a run that is ALL_BUSY now but too wide with every node free could
-        # never be promoted, so it is refused now rather than after nodes free up. Either
-        # way the answer does not depend on which nodes happen to be busy.
+        # R1, R10, design.md §4 "Width, exactly": the matcher's TOO_WIDE is exact — no
+        # assignment of the available nodes fits. The run is refused only if no assignment
+        # of every live node (busy or not) fits either; otherwise it waits in the queue until
+        # the nodes of such an assignment are released, and its wait reason names them. And
+        # the converse: a run that is ALL_BUSY now but fits no assignment of every live node
+        # could never be promoted, so it is refused now rather than after nodes free up.
+        # Either way the answer does not depend on which nodes happen to be busy.
         free = match(needs, adverts, set(), max_width)
         res = free if _too_wide(free) else None
 

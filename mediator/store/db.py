@@ -423,7 +423,7 @@ class Tx:
         """Events after the place ``(tx, after)``, in (tx, id) order (issue 13 §6): each with the
         transaction id that orders it (not part of the event itself)."""
         rows = self._rows("events_since", {"tx": str(tx), "after": after, "limit": limit})
-        return [(int(r.pop("tx")), Event(**r)) for r in rows]
+        return [(int(r.pop("place_tx")), Event(**r)) for r in rows]  # xid8 as a number
 
     def event_position(self, event_id: int | None) -> tuple[int, int]:
         """The (tx, id) place a stream starts from: after ``event_id``, or from now (None)."""
