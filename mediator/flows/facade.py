@@ -168,7 +168,11 @@ class Mediator:
         refused only because heartbeats could not land. Then one sweep: wake 5."""
         if outage_s > 0:
             try:
-                # Once across the processes on this database: the gaps table (§13).
+                # A jump of the database's clock during the outage (a host that rebooted) first,
+                # measured in the clock as it was; then the outage, once across the processes
+                # on this database: the gaps table (docs/design.md §13).
+                if self.ctx.timekeeper is not None:
+                    self.ctx.timekeeper.read_clock()
                 gaps_flow.give_back(self.ctx, "outage", outage_s)
             except StoreUnavailable:
                 return  # down again: the watcher calls us once more when it is back

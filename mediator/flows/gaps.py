@@ -127,6 +127,8 @@ class Timekeeper:
             self.tick()
             if self._stalls:
                 self.settle()
+                with self._lock:  # the give-back's own time is no stall
+                    self._last_tick = max(self._last_tick, self.monotonic())
 
     # ---- stalls ----------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -157,7 +159,9 @@ class Timekeeper:
             with self._lock:
                 stalls = list(self._stalls)
             for seconds in stalls:
-                given += self._give("stall", seconds, minimum=STALL_S)
+                # Not given for want of the database: the outage began at the last statement
+                # that reached it, before this stall, and is given back on reconnect with it.
+                given += self._give("stall", seconds, minimum=STALL_S) or 0.0
             with self._lock:
                 del self._stalls[: len(stalls)]
         self._woken(given)
@@ -181,6 +185,9 @@ class Timekeeper:
             if ahead < JUMP_S + DRIFT * elapsed:
                 return 0.0  # a backward jump only makes nodes live longer: nothing to give back
             given = self._give("jump", ahead, began=prev[1], ended=db_now, minimum=JUMP_S)
+            if given is None:
+                self._seen = prev  # not given: the next reading sees the jump again
+                return 0.0
         self._woken(given)
         return given
 
@@ -193,14 +200,13 @@ class Timekeeper:
         return self.observe(db_now, mono)
 
     # ---- both ------------------------------------------------------------------------------------
-    def _give(self, kind: str, seconds: float, **kw: Any) -> float:
+    def _give(self, kind: str, seconds: float, **kw: Any) -> float | None:
+        """The seconds given back; None when the database could not be reached."""
         try:
             given = give_back(self.ctx, kind, seconds, **kw)
         except MediatorError:
-            # The database is out of reach: its outage is given back on reconnect (wake 5) and
-            # overlaps this gap, so nothing is lost by not retrying.
             log.warning("could not give back a %s of %.1f s", kind, seconds)
-            return 0.0
+            return None
         self.noticed.append(Gap(kind, seconds, given))
         return given
 

@@ -475,11 +475,13 @@ class Tx:
         minimum: float = 0.0,
     ) -> float:
         """Give adverts and leases back a gap (a stall, a clock jump, an outage) once across every
-        Mediator process on this database: less what gaps recorded over an overlapping interval
-        gave already; returns the seconds given (docs/design.md §13, "time you can trust")."""
+        Mediator process on this database: less what gaps of its family recorded over an
+        overlapping interval gave already (jumps; stalls and outages); returns the seconds given
+        (docs/design.md §13, "time you can trust")."""
         self._exec("gap_lock", {"key": _GAPS_LOCK})
         params = {
             "kind": kind,
+            "family": ["jump"] if kind == "jump" else ["stall", "outage"],
             "secs": seconds,
             "began": began,
             "ended": ended,

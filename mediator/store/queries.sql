@@ -825,8 +825,10 @@ SELECT pg_advisory_xact_lock(%(key)s)
 
 -- give_back --
 -- Give adverts and leases back a gap of %(secs)s seconds that ended now (a stall, an outage) or
--- spans [%(began)s, %(ended)s] (a jump of the database's clock), less what the gaps recorded
--- over an overlapping interval gave back already; nothing below %(minimum)s seconds. Shifted as an
+-- spans [%(began)s, %(ended)s] (a jump of the database's clock), less what the gaps of its family
+-- recorded over an overlapping interval gave back already; nothing below %(minimum)s seconds.
+-- Families: jumps (one step of the clock, seen by several processes), and stalls with outages
+-- (real time in which heartbeats could not land: a frozen host is often both). Shifted as an
 -- outage always was: what was live when the gap began gets the time back, capped at one TTL from
 -- now (so a gap given twice never gives a node more than a fresh advert would). The gap is
 -- recorded with what it gave; rows older than a day are dropped. Runs under gap_lock; returns the seconds given back (no row: nothing).
@@ -837,7 +839,8 @@ WITH span AS (
 ), rest AS (
     SELECT s.began_at, s.ended_at,
            %(secs)s::float8 - coalesce((SELECT sum(g.seconds) FROM gaps g
-                                        WHERE g.began_at < s.ended_at
+                                        WHERE g.kind = ANY(%(family)s)
+                                          AND g.began_at < s.ended_at
                                           AND g.ended_at > s.began_at), 0) AS secs
     FROM span s
 ), due AS (

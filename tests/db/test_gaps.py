@@ -156,6 +156,33 @@ def test_a_jump_seen_by_two_processes_is_given_back_once(med, other, clock, stea
     assert rows == [{"kind": "jump", "s": 120}]
 
 
+def test_a_jump_during_an_outage_and_the_outage_are_both_given_back(med, clock, steady, tk):
+    """The database host reboots: 10 s out of reach, and its clock comes back 120 s ahead. The
+    reconnect reads the clock first (the jump, measured in the clock as it was), then gives the
+    outage back: X gets 130 s. Given the other way round, the outage's "live when it began"
+    would be judged on the jumped clock and X would get only the jump."""
+    advert(med, "X")
+    med.reap()
+    before = expiry(med, "X")
+    live_for(10, clock, steady, tk)  # the outage: real time passes, nothing lands
+    clock.advance(120)
+    med._on_reconnect(10.0)
+    assert expiry(med, "X") == before + timedelta(seconds=130)
+    rows = med.query("SELECT kind, round(seconds) AS s FROM gaps ORDER BY id")
+    assert rows == [{"kind": "jump", "s": 120}, {"kind": "outage", "s": 10}]
+
+
+def test_an_outage_seen_by_two_processes_is_given_back_once(med, other, clock, steady, tk):
+    """Both workers lose the database for the same 10 s and reconnect: X gets 10 s, not 20."""
+    keep_time(other, steady)
+    advert(med, "X")
+    before = expiry(med, "X")
+    live_for(10, clock, steady, tk)
+    med._on_reconnect(10.0)
+    other._on_reconnect(10.0)
+    assert expiry(med, "X") == before + timedelta(seconds=10)
+
+
 # ---- stalls of the Mediator (issue 25 row 5) ---------------------------------------------------
 def test_a_stall_of_the_mediator_is_given_back_before_a_submit_reads_the_fleet(
     med, clock, steady, tk
