@@ -130,10 +130,15 @@ def test_a_stall_of_the_server_refuses_no_submit_and_reaps_no_live_node(dsn, lab
             t.start()
         time.sleep(STOPPED_S)  # the stall itself (the scenario, not a synchronisation)
         os.kill(server.process.proc.pid, signal.SIGCONT)
+        resumed = time.monotonic()
         for t in waiting:
             t.join(timeout=60)
+        answered_s = time.monotonic() - resumed
+        held_state = http.get("/v1/runs/held").json()["state"]
 
         codes = {run_id: r.status_code for run_id, r in answers.items()}
+        print(f"\nafter SIGCONT: submits answered within {answered_s:.3f} s: "
+              f"{sorted(codes.values())}; held run {held_state}")  # fmt: skip
         assert sorted(codes) == ["s0", "s1", "s2"]
         refused = {k: answers[k].json().get("reject") for k, c in codes.items() if c == 422}
         assert refused == {}, refused
@@ -221,6 +226,7 @@ def test_a_jump_of_the_database_clock_loses_no_run_and_empties_no_fleet(faked, l
         wait_for(lambda: claimed(http, "held"), "Y claims the held run's step")
 
         faked.set(JUMP_S)
+        jumped_at = time.time()
         assert faked.ahead() > JUMP_S - 5  # the database's clock jumped
         seen: list[list[str]] = []
         held: set[str] = set()
@@ -228,6 +234,9 @@ def test_a_jump_of_the_database_clock_loses_no_run_and_empties_no_fleet(faked, l
         while time.monotonic() < until:  # watching for a while is the test, not a wait
             seen.append(sorted(n["node_id"] for n in http.get("/v1/nodes").json()["nodes"]))
             held.add(http.get("/v1/runs/held").json()["state"])
+        short = sum(1 for s in seen if s != ["X", "Y"])
+        print(f"\nafter the jump: {len(seen)} listings in {WATCH_S:.0f} s, {short} short of "
+              f"X and Y; the held run {sorted(held)}")  # fmt: skip
         assert {tuple(s) for s in seen} == {("X", "Y")}, [s for s in seen if s != ["X", "Y"]]
         assert held == {"RUNNING"}
 
@@ -239,4 +248,9 @@ def test_a_jump_of_the_database_clock_loses_no_run_and_empties_no_fleet(faked, l
 
     with psycopg.connect(faked.pg.dsn(), autocommit=True) as conn:
         gaps = conn.execute("SELECT kind, round(sum(seconds)) FROM gaps GROUP BY kind").fetchall()
+        row = conn.execute(
+            "SELECT extract(epoch FROM min(noticed_at)) FROM gaps WHERE kind = 'jump'"
+        ).fetchone()
+    if row and row[0] is not None:
+        print(f"jump given back {float(row[0]) - JUMP_S - jumped_at:.3f} s after it happened")
     assert [(k, float(s)) for k, s in gaps] == [("jump", float(JUMP_S))]
