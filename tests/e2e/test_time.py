@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import tempfile
@@ -205,6 +206,7 @@ class FakedClock:
 
     def stop(self) -> None:
         self.pg.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture
