@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -71,8 +72,9 @@ def give_back(
     minimum: float = 0.0,
 ) -> float:
     """Give adverts and leases back a gap once across every Mediator process (the gaps table);
-    returns the seconds given now (0: nothing left to give, or below ``minimum``). A gap that
-    gave something back wakes the queue, as a reconnect does (wake 5): nodes are live again."""
+    returns the seconds given now (0: nothing left to give, or below ``minimum``). The caller
+    then wakes the queue as a reconnect does (wake 5), if anything was given: nodes are live
+    again."""
     with ctx.store.tx() as tx:
         given = tx.give_back(
             kind,
@@ -111,7 +113,7 @@ class Timekeeper:
         self._last_tick = monotonic()
         self._stalls: list[float] = []  # noticed, removed once given back
         self._seen: tuple[float, datetime] | None = None  # (monotonic, database) of a reading
-        self.noticed: list[Gap] = []  # every gap this process noticed (for tests and logs)
+        self.noticed: deque[Gap] = deque(maxlen=1000)  # the gaps this process noticed, latest
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if ticker:

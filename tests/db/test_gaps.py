@@ -127,7 +127,7 @@ def test_a_normal_period_gives_nothing_back(med, clock, steady, tk):
         live_for(real, clock, steady, tk)
         clock.advance(ahead)
         med.reap()
-    assert tk.noticed == []
+    assert list(tk.noticed) == []
     assert expiry(med, "X") == before
     assert med.query("SELECT count(*) AS n FROM gaps") == [{"n": 0}]
 

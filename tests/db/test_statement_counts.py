@@ -234,4 +234,4 @@ def test_time_you_can_trust_adds_no_statement_to_the_hot_paths(
     assert (sub.status, n) == (201, BOUND["submit (free node) → 201"])
     sub, n = counted_call(lambda: med.submit(contract()))
     assert sub.status == 202 and n <= BOUND["submit (node busy) → 202"]
-    assert tk.noticed == []
+    assert list(tk.noticed) == []

@@ -60,7 +60,7 @@ def test_readings_that_keep_pace_or_fall_behind_are_no_jump() -> None:
         kept = tk._seen
         assert kept is not None
         assert tk.observe(kept[1] + timedelta(seconds=db), steady.t) == 0.0
-    assert tk.noticed == []
+    assert list(tk.noticed) == []
 
 
 def test_an_older_reading_than_the_one_kept_is_ignored() -> None:
