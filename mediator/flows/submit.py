@@ -18,7 +18,7 @@ from mediator.core.errors import ContractError, NodeTaken
 from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
 from mediator.core.rows import FleetNode, Run
 from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
-from mediator.flows import reads
+from mediator.flows import gaps, reads
 from mediator.flows.after import Change
 from mediator.flows.context import view
 from mediator.flows.wake import Wake
@@ -93,6 +93,7 @@ def submit(
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    gaps.settle(ctx)  # a stall that just ended is given back before the fleet is read (§13)
     with ctx.store.autocommit() as tx:
         exists, fleet = tx.submit_read(needs, given)  # only nodes that might serve it
     if exists:
@@ -143,11 +144,19 @@ def submit(
             ctx.after.open_record(run_id, doc)
             return Submission(201, run)
 
+    # Time you can trust (docs/design.md §13): never refused for good while a node able to
+    # serve the run expired only inside a recent stall, clock jump or outage — queued instead.
+    waiting = gaps.may_return(ctx, needs) if isinstance(res, Reject) else None
+    if waiting is not None:
+        res = None
+
     if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
         run = create_queued_run(ctx, new)
         if run is None:
             return Submission(200, reads.require_run(ctx, run_id))
         ctx.after.open_record(run_id, doc)
+        if waiting is not None:
+            run = replace(run, wait_reason=waiting)
         if ctx.missed_wake_guard:
             # R17 (ours): a release that committed between our fleet read and this insert
             # swept before the row was visible; sweep once more so the run does not wait
