@@ -38,6 +38,7 @@ _EXPORTS = {
     "NodeTaken": "mediator.core.errors",
     "NotFound": "mediator.core.errors",
     "PostgresNotInstalled": "mediator.core.errors",
+    "DataDirInUse": "mediator.core.errors",
     "StoreUnavailable": "mediator.core.errors",
 }
 
@@ -47,6 +48,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ContractError",
+    "DataDirInUse",
     "DuplicateRun",
     "Fleet",
     "Forbidden",
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
         ConfigError,
         Conflict,
         ContractError,
+        DataDirInUse,
         DuplicateRun,
         Forbidden,
         MediatorError,
