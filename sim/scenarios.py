@@ -420,6 +420,20 @@ class Settings:
     wake_on_return: bool = True
     claim_latency_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        # issue 29 §8: `--set settings.wake_on_return=maybe` once reached the Mediator's config
+        # and ended in a traceback; a value of the wrong kind is one line naming the setting.
+        for f in dataclasses.fields(self):
+            value, default = getattr(self, f.name), f.default
+            if isinstance(default, bool):
+                said = f"settings.{f.name} is true or false, not {value!r}"
+                _check(isinstance(value, bool), said)
+            else:
+                _check(
+                    isinstance(value, int | float) and not isinstance(value, bool),
+                    f"settings.{f.name} is a number, not {value!r}",
+                )
+
 
 @dataclass(frozen=True)
 class Scenario:
