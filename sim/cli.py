@@ -194,7 +194,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default (issue 15 §2) and keeps descriptions as written."""
+    """Shows every option's default (issue 15 §2) and keeps descriptions as written; a help text
+    that says its default in words keeps only those (issue 29: "(default: an embedded one)
+    (default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _parser(sub: Any, name: str, help: str) -> argparse.ArgumentParser:

@@ -50,3 +50,20 @@ def test_run_warns_before_it_simulates(capsys):
                      "--set", "runs=50"])  # fmt: skip
     assert code == 0
     assert "warning: offered load ≥ 1: the queue never drains (ρ = 1.33)" in capsys.readouterr().err
+
+
+def _subparsers(parser):  # type: ignore[no-untyped-def]
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()
+
+
+def test_every_option_says_its_default_once():
+    """issue 29: `run --help` said "(default: an embedded one) (default: None)"."""
+    for name, sub in _subparsers(cli.build_parser()):
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            said = formatter._get_help_string(action) or ""
+            assert said.count("(default:") <= 1, (name, action.option_strings, said)
