@@ -31,6 +31,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from mediator import tmpdirs
+from mediator.argtypes import SuggestingParser
 from mediator.config import Config
 from mediator.core.errors import ConfigError, MediatorError
 from mediator.records import Records
@@ -605,20 +606,41 @@ def records_verify(args: argparse.Namespace) -> int:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 2
     root = config.records_root or str(Path(args.data).resolve().parent / "records")
-    check = Records(root).verify(args.run_id)
+    run_id = _full_run_id(root, args.run_id)
+    if run_id is None:
+        print(f"{args.run_id}: no such record under {root}, nor one run id ending so")
+        return 1
+    check = Records(root).verify(run_id)
     if not check.sealed:
-        print(f"{args.run_id}: not sealed (no seal.json under {root})")
+        print(f"{run_id}: not sealed (no seal.json under {root})")
         return 1
     if check.ok:
-        print(f"{args.run_id}: ok — every file matches seal.json")
+        print(f"{run_id}: ok — every file matches seal.json")
         return 0
     for name in check.changed:
-        print(f"{args.run_id}: CHANGED {name}")
+        print(f"{run_id}: CHANGED {name}")
     for name in check.missing:
-        print(f"{args.run_id}: MISSING {name}")
+        print(f"{run_id}: MISSING {name}")
     for name in check.extra:
-        print(f"{args.run_id}: NOT SEALED {name}")
+        print(f"{run_id}: NOT SEALED {name}")
     return 1
+
+
+def _full_run_id(root: str, given: str) -> str | None:
+    """``given`` if the root has that record, else the one record whose run id ends with it —
+    ``runctl list``'s short ids, with or without their ``…`` (issue 29) — else None (none, or
+    several)."""
+    if os.path.isdir(os.path.join(root, given)):
+        return given
+    tail = given.removeprefix("…")
+    if len(tail) < 4:
+        return None
+    try:
+        with os.scandir(root) as entries:
+            found = [e.name for e in entries if e.name.endswith(tail) and e.is_dir()]
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -652,7 +674,7 @@ def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = SuggestingParser(
         prog="mediator", description="The Mediator job broker.", allow_abbrev=False
     )
     _shared_options(ap, top=True)
