@@ -214,13 +214,13 @@ def _running_server(base_dir: str) -> int | None:
         return None
     if pid <= 0 or not tmpdirs.alive(pid):
         return None
+    if not os.path.isdir("/proc"):
+        return pid  # no /proc to ask (macOS): trust the pid
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-    except FileNotFoundError:
-        return None  # gone meanwhile, or a zombie's
+            cmdline = f.read()  # empty for a zombie
     except OSError:
-        return pid  # no /proc to ask: trust the pid
+        return None  # gone meanwhile
     return pid if os.fsencode(data) in cmdline else None
 
 
@@ -299,14 +299,15 @@ class EmbeddedPostgres:
                 EPHEMERAL_PREFIX, parent, uids, lambda p: bool(_running_server(p))
             )
             base_dir = tmpdirs.make(EPHEMERAL_PREFIX, parent)
-            self._janitor = subprocess.Popen(
-                [sys.executable, "-I", "-c", _JANITOR, base_dir],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd="/",
-                start_new_session=True,
-            )
+            if sys.executable:  # an embedding interpreter may not name one: no watcher then
+                self._janitor = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _JANITOR, base_dir],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    cwd="/",
+                    start_new_session=True,
+                )
         else:
             base_dir = os.path.abspath(data_dir)
             os.makedirs(base_dir, exist_ok=True)
