@@ -683,9 +683,10 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP API",
         description="Serve the Mediator's HTTP API (and the panel at /). Without --database-url "
-        "it runs an embedded PostgreSQL whose data lives in --data and survives restarts; the "
-        "server is reachable only by this account, over a unix socket (docs/security.md). "
-        "Prints the URL it serves on, and the embedded database's address.",
+        "it runs an embedded PostgreSQL whose data lives in --data and survives restarts and "
+        "crashes (fsync on); one server at a time may use a --data directory. The database is "
+        "reachable only by this account, over a unix socket (docs/security.md). Prints the URL "
+        "it serves on, and the embedded database's kind and address.",
         allow_abbrev=False,
     )
     _shared_options(s, top=False)
