@@ -73,6 +73,8 @@ EPHEMERAL_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=o
 EPHEMERAL_PREFIX = "mediator-pg-"  # then the owner's pid (mediator/tmpdirs.py)
 LOCK_FILE = "mediator.lock"  # in a persistent cluster's folder, held by the process serving it
 STALE_SERVER_WAIT_S = 15.0  # a server whose owner just died gets this long to finish shutting down
+# What PostgreSQL says when a killed server's backends still hold its shared memory.
+_LEFTOVER = "pre-existing shared memory block"
 # Names the socket file (.s.PGSQL.5432) in the cluster's private socket directory; no TCP.
 PORT = 5432
 
@@ -322,16 +324,27 @@ class EmbeddedPostgres:
         settings += ["-c", "max_connections=200"]
         for s in server_settings:
             settings += ["-c", s]
+        cluster = {
+            "base_dir": base_dir,
+            "initdb": initdb,
+            "initdb_args": "-U postgres -A trust -E UTF8 --locale=C",
+            "postgres": postgres,
+            "postgres_args": " ".join(settings),
+            "port": PORT,
+        }
+        deadline = time.monotonic() + STALE_SERVER_WAIT_S
         try:
-            self._pg: Any = _Cluster(
-                base_dir=base_dir,
-                initdb=initdb,
-                initdb_args="-U postgres -A trust -E UTF8 --locale=C",
-                postgres=postgres,
-                postgres_args=" ".join(settings),
-                port=PORT,
-                run_as=self.run_as,
-            )
+            while True:
+                try:
+                    self._pg: Any = _Cluster(**cluster, run_as=self.run_as)
+                    break
+                except RuntimeError as exc:
+                    # Right after a crash (kill -9 of the postmaster) its backends may still hold
+                    # the shared memory for a moment; the new server refuses to start until they
+                    # are gone. Try again for a bounded time rather than fail the restart.
+                    if _LEFTOVER not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         except BaseException:
             self._release()
             raise
