@@ -8,7 +8,9 @@ the test session all need a private PostgreSQL cluster. ``testing.postgresql`` d
   ``postgres`` run through ``setpriv --reuid/--regid --init-groups`` as an unprivileged user
   (``postgres`` if it exists, else ``nobody``). ``setpriv`` execs in place, so SIGINT from
   ``stop()`` reaches the server itself (``runuser``/``su`` do not forward it and orphan the server),
-  and ``--pdeathsig`` stops the server if the launching process dies without cleaning up.
+  and ``--pdeathsig`` stops the server if the launching process dies without cleaning up. Linux
+  ties that signal to the *thread* that started the server: start a cluster from a thread that
+  outlives it (the main thread), or it stops when that thread ends.
 * A missing server says how to install it instead of ``command not found: initdb``.
 * Two kinds of cluster (docs/design.md §19 "The embedded database"). A **persistent** cluster
   (``mediator serve --data DIR``, ``Mediator.connect(data_dir=...)``) keeps PostgreSQL's durable
