@@ -67,3 +67,18 @@ def test_every_option_says_its_default_once():
         for action in sub._actions:
             said = formatter._get_help_string(action) or ""
             assert said.count("(default:") <= 1, (name, action.option_strings, said)
+
+
+def test_numpy_scalars_are_settings_of_their_kind():
+    """A notebook may compute a setting: numpy's integers, floats and booleans are accepted."""
+    import numpy as np
+
+    sc = S.steady().with_overrides(
+        {
+            "max_width": np.int64(2),
+            "lease_ttl_s": np.float64(9000.0),
+            "wake_on_return": np.bool_(False),
+        }
+    )
+    assert (sc.settings.max_width, sc.settings.lease_ttl_s) == (2, 9000.0)
+    assert not sc.settings.wake_on_return
