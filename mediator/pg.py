@@ -75,8 +75,9 @@ EPHEMERAL_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=o
 EPHEMERAL_PREFIX = "mediator-pg-"  # then the owner's pid (mediator/tmpdirs.py)
 LOCK_FILE = "mediator.lock"  # in a persistent cluster's folder, held by the process serving it
 STALE_SERVER_WAIT_S = 15.0  # a server whose owner just died gets this long to finish shutting down
-# What PostgreSQL says when a killed server's backends still hold its shared memory.
-_LEFTOVER = "pre-existing shared memory block"
+# What PostgreSQL says right after a crash while a killed server's backends still hold its
+# shared memory, or its pid file names a process that is not gone (a zombie, a reused pid).
+_LEFTOVER = ("pre-existing shared memory block", "lock file", "already exists")
 # Names the socket file (.s.PGSQL.5432) in the cluster's private socket directory; no TCP.
 PORT = 5432
 
@@ -228,6 +229,37 @@ def _running_server(base_dir: str) -> int | None:
     return pid if os.fsencode(data) in cmdline else None
 
 
+def _clear_stale_pidfile(base_dir: str) -> None:
+    """Remove ``data/postmaster.pid`` (and the socket's lock file) when no process of the
+    cluster is left.
+
+    A postmaster killed with ``kill -9`` leaves its pid file behind. PostgreSQL removes such a
+    file itself unless that pid is alive — but a killed postmaster can linger as a zombie (a
+    container whose init does not reap) or its pid be given to another process, and then it
+    refuses to start ("lock file postmaster.pid already exists") until someone removes the file.
+    It is safe to remove exactly when no process works in the data directory: every PostgreSQL
+    process (postmaster and backends) has it as its working directory, and a zombie has none.
+    The caller holds the directory's lock, so no other launcher starts a server meanwhile.
+    Without /proc nothing is removed (PostgreSQL's own check stands).
+    """
+    data = os.path.realpath(os.path.join(base_dir, "data"))
+    # the data directory's lock file, and the socket's (PostgreSQL checks both alike)
+    stale = [os.path.join(data, "postmaster.pid")]
+    stale += glob.glob(os.path.join(base_dir, "tmp", ".s.PGSQL.*.lock"))
+    if not any(os.path.exists(f) for f in stale) or not os.path.isdir("/proc"):
+        return
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == data:
+                    return  # a process of the cluster is still there
+            except OSError:
+                continue  # gone, a zombie, or not ours to read
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
 # The watcher of an ephemeral cluster: run with the folder as argv[1] and a pipe as stdin that
 # only the owner writes. "stopped" on it: the owner cleaned up, nothing to do. End of file without
 # it: the owner is gone (killed, or exited without stopping the cluster) — stop the server
@@ -342,11 +374,16 @@ class EmbeddedPostgres:
                     break
                 except RuntimeError as exc:
                     # Right after a crash (kill -9 of the postmaster) its backends may still hold
-                    # the shared memory for a moment; the new server refuses to start until they
-                    # are gone. Try again for a bounded time rather than fail the restart.
-                    if _LEFTOVER not in str(exc) or time.monotonic() > deadline:
+                    # the shared memory for a moment, or its pid file outlive it; the new server
+                    # refuses to start until they are gone. Try again for a bounded time (and
+                    # clear the pid file once no process of the cluster is left) rather than
+                    # fail the restart.
+                    said = str(exc)
+                    leftover = _LEFTOVER[0] in said or all(m in said for m in _LEFTOVER[1:])
+                    if not leftover or time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
+                    _clear_stale_pidfile(base_dir)
         except BaseException:
             self._release()
             raise
@@ -380,6 +417,7 @@ class EmbeddedPostgres:
                     f"{base_dir}; stop it, or give this one another data directory (--data)"
                 )
             time.sleep(0.1)
+        _clear_stale_pidfile(base_dir)
         lock.seek(0)
         lock.truncate()
         lock.write(f"{os.getpid()}\n")

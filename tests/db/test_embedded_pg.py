@@ -142,3 +142,39 @@ def test_a_restart_right_after_kill_9_waits_for_the_dead_servers_backends():
         with contextlib.suppress(Exception):
             con.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_pid_file_naming_a_process_that_is_not_the_server_does_not_block_the_restart():
+    """issue 30's crash test met this on a loaded machine: the postmaster killed with ``kill -9``
+    lingered as a zombie, PostgreSQL took the pid in its leftover ``postmaster.pid`` (and in the
+    socket's lock file) for a live server and refused to start ("lock file … already exists").
+    A zombie stands in for it here; no process of the cluster is left, so the restart clears
+    both files."""
+    import time
+    from pathlib import Path
+
+    base = tempfile.mkdtemp(prefix="mediator-pg-zombie-")
+    # The server's own account's zombie, as the killed postmaster was: PostgreSQL ignores a pid
+    # it may not signal.
+    zombie = subprocess.Popen(_SERVER.wrap(["true"]) if _SERVER is not None else ["true"])
+    try:
+        first = EmbeddedPostgres(data_dir=base, database="postgres")
+        pidfile = Path(base) / "data" / "postmaster.pid"
+        lines = pidfile.read_text().splitlines(keepends=True)
+        first.stop()
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        socket_lock = Path(base) / "tmp" / f".s.PGSQL.{first.port}.lock"
+        for leftover in (pidfile, socket_lock):  # the dead server's files, naming the zombie
+            leftover.write_text("".join([f"{zombie.pid}\n", *lines[1:]]))
+        again = EmbeddedPostgres(data_dir=base, database="postgres")
+        try:
+            with psycopg.connect(again.dsn()) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            again.stop()
+    finally:
+        zombie.wait()
+        shutil.rmtree(base, ignore_errors=True)

@@ -52,9 +52,14 @@ def home() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# Adverts and leases outlive the test however slow the machine: the reaper must not end a run
+# between the crash and the look after the restart (the runs' states are compared).
+LONG_TTLS = {"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS": "3600"}
+
+
 def serve(home: Path, *args: str) -> Process:
     argv = [sys.executable, "-m", "mediator.cli.main", "serve", "--dev", "--workers", "1", *args]
-    return Process.start(argv, cwd=str(home))
+    return Process.start(argv, env=LONG_TTLS, cwd=str(home))
 
 
 def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
