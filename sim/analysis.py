@@ -5,7 +5,8 @@ for M/M/c — with independent replications, a warm-up cut and confidence interv
 seed"; and Little's law (L = λW) is checked on every run. This module holds those tools. It knows
 nothing of how a result was produced: the reference model and the real-Mediator engine feed it the
 same `runs` / `queue` tables, and it imports no part of the simulator (the replications that run
-the model, `replicate`, live beside `run_model` in `sim.model`), so the model can use it freely.
+the model, `replicate`, live beside `run_model` in `sim.brokers.model`), so the model can use it
+freely.
 """
 
 from __future__ import annotations
