@@ -50,9 +50,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-import mediator
 from sim.brokers.entry import run
-from sim.brokers.mediator import server_url
 from sim.inputs.scenarios import Scenario, parse_set
 from sim.inputs.workload import materialize
 from sim.outputs.report import CASES
@@ -210,7 +208,16 @@ def case_dir(root: Path, case: str, seed: int) -> Path:
 
 def project_version() -> str:
     """The project version a baseline is recorded with (a baseline of another one is refused)."""
+    import mediator  # the database stack, imported when a baseline is read or written
+
     return str(mediator.__version__)
+
+
+def summary_json(result: Any) -> str:
+    """The text of a case's ``summary.json``: ``summary()`` without its wall-clock figures, keys
+    sorted — what the seed alone determines, so recording it again changes no byte."""
+    summary = {k: v for k, v in plain(result.summary()).items() if k not in _UNSTABLE}
+    return json.dumps(summary, indent=2, sort_keys=True) + "\n"
 
 
 def record(
@@ -238,7 +245,6 @@ def record(
                                 f"{result.violations[:3]}")  # fmt: skip
         rows = decisions_of(result)
         text = decisions_csv(rows)
-        summary = {k: v for k, v in plain(result.summary()).items() if k not in _UNSTABLE}
         manifest = {
             "format": FORMAT,
             "what": "sim gate baseline (issue 16): python -m sim check --baseline DIR",
@@ -263,7 +269,7 @@ def record(
         d = case_dir(root, case, sc.seed)
         d.mkdir(parents=True, exist_ok=True)
         (d / DECISIONS).write_text(text)
-        (d / SUMMARY).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        (d / SUMMARY).write_text(summary_json(result))
         (d / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         written.append(d)
         took = time.perf_counter() - started
@@ -759,6 +765,8 @@ def check(
     todo.sort(key=lambda j: -int(j.base.manifest.get("mediator_calls", 0)))
     done = report.outcomes
     if jobs > 1 and len(todo) > 1:
+        from sim.brokers.mediator import server_url  # the database stack (see project_version)
+
         url = server_url(database_url)  # one server for every worker (the embedded one if None)
         for j in todo:
             j.database_url = url

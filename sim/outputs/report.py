@@ -38,7 +38,6 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from sim.analysis import erlang_c, mmc_wq
 from sim.brokers.entry import run
-from sim.brokers.mediator import server_url
 from sim.inputs import scenarios as S
 from sim.inputs.scenarios import Scenario
 from sim.inputs.theory import mmc_params
@@ -397,6 +396,8 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
     table = pd.DataFrame(rows)
     table.to_csv(out / "summary.csv", index=False)
     (out / "theory.json").write_text(json.dumps(theory, indent=2, default=float) + "\n")
+    from sim.brokers.mediator import server_url  # the database stack, running by now
+
     url = server_url(database_url)
     print("capacity plan: the NASA workload", flush=True)
     cap = capacity(scale, url)

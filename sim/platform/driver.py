@@ -181,6 +181,7 @@ class Driver:
         self.expires = [-1] * len(self.daemons)  # when each node's last advert expires
         self.now = 0
         self.q = EventQueue()
+        self._schedule = self.q.push  # (bound once: the hot paths push through it)
         self.pending = 0  # scheduled events other than heartbeats and marks
         self.reaper_on = False
         self.asked: set[int] = set()  # step_key of every ask whose answer is scheduled
@@ -247,7 +248,9 @@ class Driver:
         arrivals = self.plan.arrivals
         if i + 1 < len(arrivals):  # one pending arrival at a time keeps the heap small
             self.pending += 1
-            self.q.push(round(arrivals[i + 1].at_s * US), ARRIVAL, i + 1, self._on_arrival, i + 1)
+            self._schedule(
+                round(arrivals[i + 1].at_s * US), ARRIVAL, i + 1, self._on_arrival, i + 1
+            )
         self.broker.submit(i)
 
     # -- claims, results, asks ------------------------------------------------------------------
@@ -284,8 +287,13 @@ class Driver:
         d.busy = run * STEP_KEY + seq
         duration, outcome = self.plan.arrivals[run].step_outcomes[seq][attempt - 1]
         self.pending += 1
-        self.q.push(self.now + round(duration * US), RESULT, run * STEP_KEY + seq, self._on_result,
-                    (node, d, run, seq, attempt, outcome, d.run_epoch))  # fmt: skip
+        self._schedule(
+            self.now + round(duration * US),
+            RESULT,
+            run * STEP_KEY + seq,
+            self._on_result,
+            (node, d, run, seq, attempt, outcome, d.run_epoch),
+        )
 
     def _on_claim(self, arg: tuple[int, int]) -> None:
         node, epoch = arg

@@ -410,10 +410,11 @@ def test_the_layer_check_sees_an_arrow_back_up(tmp_path):
     ]
 
 
-# Imports a sim module may make inside a function: heavy or optional ones only (matplotlib through
-# sim.plots, the database stack behind the model-only entry, the simulator behind a pytest plugin
-# that every test session loads).
-SIM_LAZY_ALLOWED = ("sim.plots", "sim.brokers.readback", "sim.outputs.gate")
+# Imports a sim module may make inside a function: heavy or optional ones only — matplotlib
+# through sim.plots; the database stack (sim.brokers.readback, sim.brokers.mediator) where the
+# model, the scenarios and `python -m sim list` must not pay for it; the simulator behind a pytest
+# plugin that every test session loads (sim.outputs.gate).
+SIM_LAZY_ALLOWED = ("sim.plots", "sim.brokers.readback", "sim.brokers.mediator", "sim.outputs.gate")
 
 
 def test_sim_imports_its_own_modules_at_the_top():

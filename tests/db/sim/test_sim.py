@@ -160,7 +160,7 @@ def test_the_mediator_broker_orders_same_instant_events_by_position(server_url, 
 
     class Checked(Driver):
         def _try_claim(self, *args, **kwargs):
-            keys.update(type(e[2]) for e in self.q._heap)
+            keys.update(type(e[2]) for e in self.q.queued())
             return super()._try_claim(*args, **kwargs)
 
     monkeypatch.setattr(engine, "Driver", Checked)

@@ -227,7 +227,7 @@ def test_the_fixture_in_a_users_own_suite(baseline: Path, server_url: str, tmp_p
     """issue 16 §4: a user's suite gets sim_check from the installed plugin; a changed decision
     fails its test with the first divergence; --sim-update-baseline records on purpose."""
     (tmp_path / "test_ours.py").write_text(
-        "from tests.db.test_sim_gate import flip_tie_break\n\n"
+        "from tests.db.sim.test_sim_gate import flip_tie_break\n\n"
         "def test_scheduler_unchanged(sim_check):\n"
         "    sim_check('vanished_node_on', seed=0)\n\n"
         "def test_scheduler_with_a_flipped_tie_break(sim_check, monkeypatch):\n"

@@ -1,7 +1,7 @@
 """The shared simulation core (issue 14 §1): one event heap, one same-instant rule, one key.
 
 Both engines — the real Mediator's and the reference model's — take these from `sim.platform.core`;
-the differential test (tests/db/test_sim.py) is exact only while they agree, so they are defined
+the differential test (tests/db/sim/test_sim.py) is exact only while they agree, so they are defined
 once.
 """
 
@@ -80,3 +80,36 @@ def test_the_step_key_packing_is_defined_only_in_the_core() -> None:
         }
         assert not assigned & {"_STEP_KEY", "STEP_KEY", "US"}, name
         assert "4096" not in (ROOT / "sim" / name).read_text("utf-8"), name
+
+
+def test_the_event_queue_owns_its_heap() -> None:
+    """Issue 26: the loop is the core's (`EventQueue.events`); nothing outside sim/platform/core.py
+    reads the heap or its sequence counter (the driver used to push tuples it built itself)."""
+    found = []
+    for path in sorted((ROOT / "sim").rglob("*.py")):
+        if path == ROOT / "sim" / "platform" / "core.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("_heap", "_seq"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert found == []
+
+
+def test_the_loop_pops_in_order_and_stops_after_the_end() -> None:
+    q = core.EventQueue()
+    seen: list[tuple[int, int, int]] = []
+    for t, cls, key in [(5, core.ARRIVAL, 0), (5, core.RESULT, 1), (9, core.ADVERT, 0)]:
+        q.push(t, cls, key, seen.append, (t, cls, key))
+    q.push(12, core.MARK, 0, seen.append, "after the end")
+    for _t, _cls, _key, _seq, action, arg in q.events(end=10):
+        action(arg)
+        if arg == (5, core.RESULT, 1):  # an action may push while the loop runs
+            q.push(7, core.FLEET, 0, seen.append, (7, core.FLEET, 0))
+    assert seen == [
+        (5, core.RESULT, 1),
+        (5, core.ARRIVAL, 0),
+        (7, core.FLEET, 0),
+        (9, core.ADVERT, 0),
+    ]
+    assert [ev[0] for ev in q.queued()] == [12] and len(q) == 1  # after the end: left queued
+    assert [ev[0] for ev in q.events()] == [12] and len(q) == 0  # no end: until none is left

@@ -50,7 +50,7 @@ class Recording:
             return attr
 
         def call(*args: Any) -> Any:
-            heap = self._driver[0].q._heap if self._driver else []
+            heap = self._driver[0].q.queued() if self._driver else []
             assert all(type(e[2]) is int for e in heap), [e[:3] for e in heap]
             shown = tuple(a for a in args if isinstance(a, int | str) and not isinstance(a, bool))
             self.calls.append((self._inner.now / US, name, shown))

@@ -1,6 +1,6 @@
 """The scheduler gate's pure parts (issue 16): the decisions file, the first divergence, drift
 bands, baseline validation and the CI outputs — worked examples on hand-made decision lists.
-The runs on the real Mediator are in tests/db/test_sim_gate.py."""
+The runs on the real Mediator are in tests/db/sim/test_sim_gate.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import sim
+from sim.inputs.scenarios import Scenario
 from sim.outputs import gate
 from sim.outputs.gate import BaselineError, Decision, GateReport, Outcome, first_divergence
+
+ROOT = Path(__file__).resolve().parents[3]
 
 # The vanished-node window of seed 000 §5 with wake 7 on (the baseline) and off (now): b
 # (r0000001) goes at 300 s when x000 returns — or only at 700 s, when c's result wakes the queue.
@@ -220,3 +224,19 @@ def test_a_field_added_to_fleet_events_later_leaves_the_workload_digest_alone() 
     assert gate.workload_digest(plan(caps)) != gate.workload_digest(
         plan(FleetEvent(5.0, "x000", "vanish"))
     )
+
+
+COMMITTED = sorted(p.relative_to(ROOT / "sim-baseline").as_posix()
+                   for p in (ROOT / "sim-baseline").glob("*/seed-*"))  # fmt: skip
+
+
+@pytest.mark.parametrize("case", COMMITTED)
+def test_the_committed_summaries_are_what_summary_says_today(case: str) -> None:
+    """Re-recording the committed baseline changes no byte (README, "The scheduler gate"): its
+    ``summary.json`` files are what ``summary()`` gives now. Five of them (burst, drain, restart,
+    steady, trace) were written before the summary's intervals named their method and came from
+    batches, so every re-recording rewrote them. Checked on the reference model, which schedules
+    exactly as the Mediator does (the differential test) and needs no database."""
+    d = ROOT / "sim-baseline" / case
+    scenario = Scenario.from_dict(json.loads((d / gate.MANIFEST).read_text())["scenario"])
+    assert gate.summary_json(sim.run(scenario, "model")) == (d / gate.SUMMARY).read_text()

@@ -1,7 +1,7 @@
 """``sim.plan`` on the reference model (design.md §20): common random numbers, intervals, Erlang C,
 the smallest fleet meeting the target, and the same numbers on any executor — a thread pool, the
 default process pool, a Dask cluster's executor. The confirmation on the real Mediator is tested
-in tests/db/test_sim_plan.py."""
+in tests/db/sim/test_sim_plan.py."""
 
 from __future__ import annotations
 
