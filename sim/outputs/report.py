@@ -887,8 +887,9 @@ def _scenario_page(
 
 
 def _capacity_page(out: Path, cap: Capacity) -> None:
-    import matplotlib.pyplot as plt
+    from sim import plots  # matplotlib, imported when a chart is drawn
 
+    plt = plots.pyplot()
     d = out / "capacity"
     d.mkdir(parents=True, exist_ok=True)
     fig = cap.plan.plot()

@@ -3,7 +3,8 @@
 Each test runs one notebook in a fresh kernel with ``scale = "ci"`` and the session cluster's
 server as ``database_url`` (so the notebook starts no cluster of its own), then asserts the
 numbers the notebook wrote in its prose — read back from the machine-readable twin that
-``sim.outputs.notebooks.state`` puts beside every such sentence. docs/architecture.md: not just "it ran".
+``sim.outputs.notebooks.state`` puts beside every such sentence. docs/architecture.md: not just
+"it ran".
 """
 
 from __future__ import annotations
