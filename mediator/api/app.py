@@ -151,6 +151,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     )
     metrics = Metrics(med)
     feed.on_open_streams = metrics.instruments.streams.set
+    feed.on_out_of_order = metrics.instruments.out_of_order.inc
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

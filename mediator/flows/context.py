@@ -25,6 +25,7 @@ from mediator.records import Records
 from mediator.store.db import Store
 
 if TYPE_CHECKING:
+    from mediator.flows.gaps import Timekeeper
     from mediator.flows.sweep import WakeReport
 
 
@@ -61,6 +62,8 @@ class Context:
         self.claimed = ClaimedRuns()
         # Seal what settled, PushAsks, wake: the one after-commit path of every flow.
         self.after = AfterCommit(self, wake)
+        # Stalls and clock jumps given back (docs/design.md §13); None under a virtual clock.
+        self.timekeeper: Timekeeper | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else wall_clock()

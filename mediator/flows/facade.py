@@ -22,6 +22,7 @@ from typing import Any
 import mediator.flows.advert as advert_flow
 import mediator.flows.asks as asks_flow
 import mediator.flows.ending as ending_flow
+import mediator.flows.gaps as gaps_flow
 import mediator.flows.reads as reads_flow
 import mediator.flows.steps as steps_flow
 import mediator.flows.submit as submit_flow
@@ -34,6 +35,7 @@ from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList, Step
 from mediator.flows.after import AfterCommit
 from mediator.flows.context import Context
 from mediator.flows.ending import ReapReport
+from mediator.flows.gaps import Timekeeper
 from mediator.flows.steps import ReportResult
 from mediator.flows.submit import Submission
 from mediator.flows.sweep import WakeReport
@@ -65,6 +67,10 @@ class Mediator:
         self.ctx = Context(store, config, records, clock, wake=lambda: self.wake_queued())
         # Wake 5 on reconnect, and outages given back to nodes (docs/design.md).
         store.on_reconnect.append(self._on_reconnect)
+        # Stalls of this process and jumps of the database's clock given back like outages
+        # (docs/design.md §13). Not under a virtual clock: the simulator's time jumps by design.
+        if clock is None:
+            self.ctx.timekeeper = Timekeeper(self.ctx)
 
     # ---- what callers observe and the tests' seams -----------------------------------------------
     @property
@@ -162,12 +168,12 @@ class Mediator:
         refused only because heartbeats could not land. Then one sweep: wake 5."""
         if outage_s > 0:
             try:
-                with self.store.tx() as tx:
-                    tx.shift_expiries(
-                        outage_s,
-                        self.config.advert_ttl_seconds,
-                        self.config.lease_ttl_seconds,
-                    )
+                # A jump of the database's clock during the outage (a host that rebooted) first,
+                # measured in the clock as it was; then the outage, once across the processes
+                # on this database: the gaps table (docs/design.md §13).
+                if self.ctx.timekeeper is not None:
+                    self.ctx.timekeeper.read_clock()
+                gaps_flow.give_back(self.ctx, "outage", outage_s)
             except StoreUnavailable:
                 return  # down again: the watcher calls us once more when it is back
             except Exception:
@@ -175,6 +181,8 @@ class Mediator:
         self.ctx.after(wake=Wake.RECONNECT)
 
     def close(self) -> None:
+        if self.ctx.timekeeper is not None:
+            self.ctx.timekeeper.stop()
         self.store.close()
         if self._embedded is not None:
             self._embedded.stop()

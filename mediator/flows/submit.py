@@ -18,7 +18,7 @@ from mediator.core.errors import ContractError, NodeTaken
 from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
 from mediator.core.rows import FleetNode, Run
 from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
-from mediator.flows import reads
+from mediator.flows import gaps, reads
 from mediator.flows.after import Change
 from mediator.flows.context import view
 from mediator.flows.wake import Wake
@@ -93,6 +93,7 @@ def submit(
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    gaps.settle(ctx)  # a stall that just ended is given back before the fleet is read (§13)
     with ctx.store.autocommit() as tx:
         exists, fleet = tx.submit_read(needs, given)  # only nodes that might serve it
     if exists:
@@ -122,12 +123,13 @@ def submit(
     adverts, busy, draining = view(fleet)
     res: Assignment | Reject | None = match(needs, adverts, busy | draining, max_width)
     if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
-        # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
-        # ignores availability is too wide as well; otherwise freeing nodes can make the
-        # run narrow (folding), so it waits in the queue, its wait_reason TOO_WIDE. And
-        # the converse: a run that is ALL_BUSY now but too wide with every node free could
-        # never be promoted, so it is refused now rather than after nodes free up. Either
-        # way the answer does not depend on which nodes happen to be busy.
+        # R1, R10, design.md §4 "Width, exactly": the matcher's TOO_WIDE is exact — no
+        # assignment of the available nodes fits. The run is refused only if no assignment
+        # of every live node (busy or not) fits either; otherwise it waits in the queue until
+        # the nodes of such an assignment are released, and its wait reason names them. And
+        # the converse: a run that is ALL_BUSY now but fits no assignment of every live node
+        # could never be promoted, so it is refused now rather than after nodes free up.
+        # Either way the answer does not depend on which nodes happen to be busy.
         free = match(needs, adverts, set(), max_width)
         res = free if _too_wide(free) else None
 
@@ -142,11 +144,19 @@ def submit(
             ctx.after.open_record(run_id, doc)
             return Submission(201, run)
 
+    # Time you can trust (docs/design.md §13): never refused for good while a node able to
+    # serve the run expired only inside a recent stall, clock jump or outage — queued instead.
+    waiting = gaps.may_return(ctx, needs) if isinstance(res, Reject) else None
+    if waiting is not None:
+        res = None
+
     if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
         run = create_queued_run(ctx, new)
         if run is None:
             return Submission(200, reads.require_run(ctx, run_id))
         ctx.after.open_record(run_id, doc)
+        if waiting is not None:
+            run = replace(run, wait_reason=waiting)
         if ctx.missed_wake_guard:
             # R17 (ours): a release that committed between our fleet read and this insert
             # swept before the row was visible; sweep once more so the run does not wait

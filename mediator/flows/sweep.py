@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mediator")
 
-_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
+# Monotone within a sweep (design.md §4). TOO_WIDE is too, now that it is exact ("Width,
+# exactly"), but is left out: each run it leaves queued is logged (R10), and the memo holds it
+# until a promotion.
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)
 
 
 @dataclass

@@ -68,8 +68,9 @@ from mediator.store.queries import QUERIES, schema_sql
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
+_GAPS_LOCK = 0x6D656467  # advisory lock id: one give-back of a gap at a time (Tx.give_back)
 
 Clock = Callable[[], datetime]
 
@@ -423,7 +424,7 @@ class Tx:
         """Events after the place ``(tx, after)``, in (tx, id) order (issue 13 §6): each with the
         transaction id that orders it (not part of the event itself)."""
         rows = self._rows("events_since", {"tx": str(tx), "after": after, "limit": limit})
-        return [(int(r.pop("tx")), Event(**r)) for r in rows]
+        return [(int(r.pop("place_tx")), Event(**r)) for r in rows]  # xid8 as a number
 
     def event_position(self, event_id: int | None) -> tuple[int, int]:
         """The (tx, id) place a stream starts from: after ``event_id``, or from now (None)."""
@@ -462,11 +463,40 @@ class Tx:
     def unsealed_count(self) -> int:
         return int(self._one("unsealed_count")["n"])
 
-    def shift_expiries(self, seconds: float, advert_ttl_s: float, lease_ttl_s: float) -> None:
-        """Give nodes back an outage (docs/design.md, "outages don't count against nodes")."""
-        params = {"secs": seconds, "advert_ttl": advert_ttl_s, "lease_ttl": lease_ttl_s}
-        self._exec("outage_shift_nodes", params)
-        self._exec("outage_shift_leases", params)
+    def give_back(
+        self,
+        kind: str,
+        seconds: float,
+        advert_ttl_s: float,
+        lease_ttl_s: float,
+        *,
+        began: datetime | None = None,
+        ended: datetime | None = None,
+        minimum: float = 0.0,
+    ) -> float:
+        """Give adverts and leases back a gap (a stall, a clock jump, an outage) once across every
+        Mediator process on this database: less what gaps of its family recorded over an
+        overlapping interval gave already (jumps; stalls and outages); returns the seconds given
+        (docs/design.md §13, "time you can trust")."""
+        self._exec("gap_lock", {"key": _GAPS_LOCK})
+        params = {
+            "kind": kind,
+            "family": ["jump"] if kind == "jump" else ["stall", "outage"],
+            "secs": seconds,
+            "began": began,
+            "ended": ended,
+            "minimum": minimum,
+            "advert_ttl": advert_ttl_s,
+            "lease_ttl": lease_ttl_s,
+        }
+        row = self._one("give_back", params)
+        return float(row["seconds"]) if row else 0.0
+
+    def gap_fleet(self, grace_s: float) -> list[tuple[str, dict[str, Any], bool]]:
+        """Nodes live when a gap that ended within ``grace_s`` began: (node_id, capabilities,
+        expired now) — submit's last look before it refuses a run (docs/design.md §13)."""
+        rows = self._rows("gap_fleet", {"grace": grace_s}, row=tuple)
+        return [(r[0], r[1], bool(r[2])) for r in rows]
 
     # ---- lifecycle writes ----------------------------------------------------------------------
     def claim_step(

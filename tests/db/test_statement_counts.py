@@ -207,3 +207,31 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     report = tally("sweep promoting one queued run", med.wake_queued)
     assert report.promoted == [waiting.run.run_id]
     tally.check()
+
+
+def test_time_you_can_trust_adds_no_statement_to_the_hot_paths(
+    counted: tuple[Mediator, Meter, ManualClock],
+) -> None:
+    """docs/design.md §13: with the Timekeeper on (as in production; here on a steady clock that
+    keeps pace with the virtual one, its ticker ticking on time), a steady heartbeat, a 201 and
+    a 202 submit cost what they cost without it: a heartbeat's reading of the database's clock
+    is its upsert's answer, and a submit asks the ticker, not the database."""
+    from mediator.flows.gaps import Timekeeper
+
+    med, meter, clock = counted
+    tk = Timekeeper(med.ctx, lambda: clock.now.timestamp(), ticker=False)
+    med.ctx.timekeeper = tk
+
+    def counted_call(call: Callable[[], Any]) -> tuple[Any, int]:
+        clock.advance(1)
+        tk.tick()
+        out, stmts = meter.count(call)
+        return out, sum(stmts.values())
+
+    advert(med, "x")
+    assert counted_call(lambda: advert(med, "x"))[1] == BOUND["steady heartbeat"]
+    sub, n = counted_call(lambda: med.submit(contract()))
+    assert (sub.status, n) == (201, BOUND["submit (free node) → 201"])
+    sub, n = counted_call(lambda: med.submit(contract()))
+    assert sub.status == 202 and n <= BOUND["submit (node busy) → 202"]
+    assert list(tk.noticed) == []
