@@ -226,7 +226,7 @@ def test_the_example_ci_workflow_passes_the_workflow_linters() -> None:
 
     import yaml
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     workflow = root / "examples" / "scheduler-gate.yml"
     bindir = Path(sys.executable).parent
     zizmor = shutil.which("zizmor", path=str(bindir)) or "zizmor"
