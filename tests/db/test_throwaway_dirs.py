@@ -91,14 +91,14 @@ def _cmdline(pid: int) -> str:
 
 
 def test_a_notebook_kernel_shut_down_leaves_no_cluster_in_dev_shm():
-    """The notebook path itself: ``sim.notebooks.server(None)`` in a real kernel, then the
+    """The notebook path itself: ``sim.outputs.notebooks.server(None)`` in a real kernel, then the
     kernel shut down as nbclient shuts it down."""
     from jupyter_client.manager import start_new_kernel
 
     km, kc = start_new_kernel(kernel_name="python3")
     try:
         reply = kc.execute_interactive(
-            "from sim.notebooks import server\nprint(server(None))", timeout=120, output_hook=None
+            "from sim.outputs.notebooks import server\nprint(server(None))", timeout=120, output_hook=None
         )
         assert reply["content"]["status"] == "ok"
         cluster = _kernel_clusters(km)
