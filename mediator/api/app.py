@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from mediator.api.access import AccessLog
 from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed, StreamsFull
+from mediator.api.guard import LOOPBACK_HOSTS, Guard
 from mediator.api.limits import BadRequest, BodyLimit, decode
 from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.openapi import ID_PATTERN, MAX_EVENT_ID, route_methods
@@ -170,6 +171,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     app.state.feed = feed
     install_openapi(app)  # the document as the server behaves (issue 15 §1)
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(Guard, hosts=LOOPBACK_HOSTS if tokens.dev else None)  # issue 25 §1
     app.add_middleware(RequestMetrics, instruments=metrics.instruments)  # BodyLimit's 4xx too
     app.add_middleware(AccessLog)  # outermost: it sees BodyLimit's refusals too
 

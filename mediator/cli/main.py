@@ -283,6 +283,7 @@ def _server(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
+        signal.signal(signal.SIGHUP, lambda sig, frame: reload_tokens(serving.tokens))
         yield
 
     server.capture_signals = capture_signals  # type: ignore[method-assign]
@@ -292,6 +293,16 @@ def _server(
         server.should_exit = True
 
     return server, stop
+
+
+def reload_tokens(tokens: Tokens) -> None:
+    """SIGHUP: read the tokens file again (docs/security.md "Tokens"); a bad file is logged and
+    the tokens in use stay."""
+    problem = tokens.reload()
+    if problem is not None:
+        log.error("the tokens file was not reloaded, the old tokens stay: %s", problem)
+    elif tokens.path is not None:
+        log.warning("reloaded the tokens file %s", tokens.path)
 
 
 def _serve_here(med: Mediator, serving: Serving) -> int:
@@ -424,6 +435,7 @@ class Workers:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
+        signal.signal(signal.SIGHUP, lambda sig, frame: self._reload())
         try:
             sock = _bind(self.serving.config.host, self.serving.config.port)
         except OSError as exc:
@@ -438,6 +450,14 @@ class Workers:
         finally:
             self._stop_all()
             sock.close()
+
+    def _reload(self) -> None:
+        """SIGHUP: reload the tokens here (for workers started later) and in every worker."""
+        reload_tokens(self.serving.tokens)
+        for slot in self._slots:
+            if slot.proc.is_alive() and slot.proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.proc.pid, signal.SIGHUP)
 
     def _heard(self, timeout: float) -> None:
         """Take the workers' messages: who listens now, and why one could not start."""
@@ -566,6 +586,8 @@ def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> N
         stream=sys.stderr,
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn handles it: the parent decides
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until we serve: we read the file anew below
+    serving.tokens.reload()  # a reload the parent asked for while we started is not lost
     try:
         med = Mediator.connect(
             serving.database_url,

@@ -1,0 +1,214 @@
+"""No ambient authority: what a web page in the operator's browser cannot make a server do
+(issue 25 §1; docs/security.md "Browsers and local pages").
+
+A page on any site can make the browser send a request to ``127.0.0.1``: a form POST, or a
+``fetch`` with ``text/plain`` — "simple" requests the browser sends without asking first. Against
+``mediator serve --dev`` (no tokens) such a request used to submit a run whose ``shell`` step an
+``enode`` then ran; a DNS-rebinding page (``evil.example`` resolving to 127.0.0.1) could also read
+the answers. :class:`Guard` is a pure ASGI middleware in front of the routes that refuses:
+
+* a ``Host`` that is not one the server serves, when ``hosts`` is given (``--dev`` and the tickets
+  board: loopback names only) — 400 ``host_not_allowed``: a rebinding page's requests carry its
+  own name;
+* a request that changes something (any method but GET, HEAD, OPTIONS) from another origin: an
+  ``Origin`` header (browsers send it on every cross-origin POST, forms and ``no-cors`` fetches
+  included) whose host and port are not the request's ``Host``, the opaque origin ``null``, or
+  ``Sec-Fetch-Site: cross-site`` — 403 ``cross_origin``. This is what keeps a *bodyless* POST
+  (cancel) from being a cross-site hole too;
+* a body that is not ``application/json`` — 415 ``unsupported_media_type``, for every route with a
+  body. A page cannot send ``application/json`` to another origin without the browser asking the
+  server first (a CORS preflight), which this server never grants;
+* with ``csrf`` given (the board), a write without the header ``X-CSRF-Token`` holding that token
+  — 403 ``csrf``. The board's page receives the token inside its HTML, which only a same-origin
+  page can read.
+
+Requests from programs (curl, runctl, enode) send no ``Origin`` and are not affected, except that
+their bodies must say ``Content-Type: application/json``.
+
+The slow-body bound of row 4 lives here too: a body that does not arrive within
+``body_timeout_s`` is answered 408 and its connection closed, so a client trickling a body cannot
+hold a connection and a worker task for ever (docs/security.md "Connections").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from collections.abc import Collection
+from typing import Any
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+BODY_TIMEOUT_S = 30.0  # the whole body of one request, from the end of its headers
+CSRF_HEADER = "X-CSRF-Token"
+
+
+def host_name(value: str) -> str:
+    """The host part of a ``Host`` header or an origin's authority, lower-case, without port or
+    IPv6 brackets: ``[::1]:8640`` → ``::1``, ``LocalHost:80`` → ``localhost``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    if value.count(":") == 1:
+        return value.partition(":")[0]
+    return value
+
+
+class Guard:
+    """Pure ASGI: the refusals of the module docstring, before any route or body is read.
+
+    Args:
+        app: The application to guard.
+        hosts: Host names served (``None``: any ``Host``). ``--dev``: :data:`LOOPBACK_HOSTS`.
+        csrf: A token every write must carry in ``X-CSRF-Token`` (``None``: no such check).
+        body_timeout_s: Seconds the whole body may take to arrive.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        hosts: Collection[str] | None = None,
+        csrf: str | None = None,
+        body_timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
+        self.app = app
+        self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
+        self.csrf = csrf.encode() if csrf else None
+        self.body_timeout_s = body_timeout_s
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: dict[bytes, bytes] = {}
+        for k, v in scope.get("headers") or ():
+            headers.setdefault(k, v)  # the first of a repeated header: what the routes see
+        refusal = self._refusal(scope, headers)
+        if refusal is not None:
+            await answer(send, *refusal)
+            return
+        if scope.get("method") in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        await self._timed(scope, receive, send)
+
+    def _refusal(
+        self, scope: dict[str, Any], headers: dict[bytes, bytes]
+    ) -> tuple[int, str, str, str] | None:
+        host = headers.get(b"host", b"").decode("latin-1")
+        if self.hosts is not None and host_name(host) not in self.hosts:
+            return (
+                400,
+                "host_not_allowed",
+                "This server answers only to "
+                + ", ".join(sorted(self.hosts))
+                + " in the Host header (a page on another name cannot reach it).",
+                "Host",
+            )
+        if scope.get("method") in SAFE_METHODS:
+            return None
+        has_body = (
+            headers.get(b"content-length", b"0").strip() not in (b"0", b"")
+            or b"transfer-encoding" in headers
+        )
+        kind = headers.get(b"content-type")
+        if (has_body or kind is not None) and not _is_json(kind):
+            shown = (kind or b"none").decode("latin-1")[:80]
+            return (
+                415,
+                "unsupported_media_type",
+                f"Request bodies must be JSON with Content-Type: application/json, not {shown}.",
+                "Content-Type",
+            )
+        origin = headers.get(b"origin")
+        if origin is not None and not self._same_origin(origin.decode("latin-1"), host):
+            return (
+                403,
+                "cross_origin",
+                "Requests that change something are refused from another origin "
+                "(Origin does not match Host).",
+                "Origin",
+            )
+        if headers.get(b"sec-fetch-site", b"").lower() == b"cross-site":
+            return (403, "cross_origin", "Cross-site requests are refused.", "Sec-Fetch-Site")
+        if self.csrf is not None:
+            given = headers.get(CSRF_HEADER.lower().encode(), b"")
+            if not hmac.compare_digest(given, self.csrf):
+                return (
+                    403,
+                    "csrf",
+                    f"Writes need the page's {CSRF_HEADER} header; reload the page.",
+                    CSRF_HEADER,
+                )
+        return None
+
+    def _same_origin(self, origin: str, host: str) -> bool:
+        scheme, sep, authority = origin.partition("://")
+        if not sep or scheme not in ("http", "https") or authority.lower() != host.lower():
+            return False
+        return self.hosts is None or host_name(authority) in self.hosts
+
+    async def _timed(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Run the app with a deadline on the whole body: past it, answer 408 (unless a response
+        has started) and tell the app the client is gone; the server then closes the
+        connection, since the rest of the body was never read."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.body_timeout_s
+        state = {"started": False, "timed_out": False, "whole": False}
+
+        async def timed() -> Any:
+            if state["timed_out"]:
+                return {"type": "http.disconnect"}
+            if state["whole"]:
+                return await receive()  # the body is in: later reads wait for a disconnect
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    state["whole"] = True
+                return message
+            except TimeoutError:
+                state["timed_out"] = True
+                if not state["started"]:
+                    state["started"] = True
+                    await answer(
+                        send,
+                        408,
+                        "body_timeout",
+                        f"The request body did not arrive within {self.body_timeout_s:g} s.",
+                        None,
+                    )
+                return {"type": "http.disconnect"}
+
+        async def sending(message: dict[str, Any]) -> None:
+            if state["timed_out"]:
+                return  # answered 408 already
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        await self.app(scope, timed, sending)
+
+
+def _is_json(kind: bytes | None) -> bool:
+    if kind is None:
+        return False
+    media = kind.split(b";", 1)[0].strip().lower()
+    return media == b"application/json"
+
+
+async def answer(send: Any, status: int, code: str, message: str, field: str | None) -> None:
+    """An ``{"error": {code, message, field}}`` answer that closes nothing else."""
+    body = json.dumps({"error": {"code": code, "message": message, "field": field}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
