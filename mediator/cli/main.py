@@ -221,6 +221,9 @@ def _serve(args: argparse.Namespace, config: Config, own_figures: bool) -> int:
     except MediatorError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 1
+    swept = med.records.sweep_staging()  # what seals killed half way left (issue 25 §10)
+    if swept:
+        print(f"mediator: removed {swept} staged record files that failed seals left", flush=True)
     if own_figures:
         from mediator.api.metrics import Instruments
 
