@@ -446,6 +446,10 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
             backlog = med.record_backlog()
         except MediatorError:
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
+        if feed.listener_state in ("failing", "dead"):  # streams get no events (issue 25 §4)
+            return JSONResponse(
+                {"status": "unavailable", "database": "ok", "events": feed.listener_state}, 503
+            )
         # Which worker process answered (mediator serve --workers, issue 13): for operators.
         return JSONResponse(
             {"status": "ok", "database": "ok", **backlog}, headers={"X-Mediator-Worker": PID}

@@ -35,8 +35,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
+import resource
+import time
+from collections import Counter
 from collections.abc import Collection
 from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -212,3 +218,124 @@ async def answer(send: Any, status: int, code: str, message: str, field: str | N
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+# ---- connections (issue 25 §4; docs/security.md "Connections") ---------------------------------
+# ~20,000 slow or half-open connections were never closed: at the file-descriptor limit the API
+# stopped answering, asyncio logged a traceback per failed accept (106 MB in a minute), and the
+# event listener died on EMFILE. Each serving process now holds at most MAX_CONNECTIONS (or
+# half its descriptor limit, whichever is lower), closes a connection that has not sent a whole
+# request head within HEADER_TIMEOUT_S of opening or of its last answer, and logs each kind of
+# event-loop error at most once per LOOP_ERROR_EVERY_S.
+MAX_CONNECTIONS = 1024
+HEADER_TIMEOUT_S = 10.0
+LOOP_ERROR_EVERY_S = 10.0
+
+log = logging.getLogger("mediator.api")
+
+
+def connection_cap(most: int = MAX_CONNECTIONS) -> int:
+    """How many connections one process may hold: ``most``, or half the descriptors this
+    process may open if that is lower (the rest: the database pool, the listener, records)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return most
+    return max(8, min(most, soft // 2))
+
+
+class BoundedH11(H11Protocol):
+    """uvicorn's h11 protocol with a cap on connections and a deadline on request heads.
+
+    When a connection beyond the cap arrives, the connection that has waited longest without a
+    request in progress (a half-open or slow-header one, or an idle keep-alive) is dropped to
+    make room — so slow clients can fill the cap but cannot keep others out; if every
+    connection is busy with a request, the new one is closed instead.
+    """
+
+    max_connections = MAX_CONNECTIONS
+    header_timeout_s = HEADER_TIMEOUT_S
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._waiting_since = self.loop.time()
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm()
+        if len(self.connections) > self.max_connections:
+            victim = self._longest_waiting()
+            (victim or self).transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if not self._between_requests():
+            self._disarm()  # a request head arrived: the body's deadline is Guard's
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._waiting_since = self.loop.time()
+        self._arm()
+
+    def _between_requests(self) -> bool:
+        cycle = self.cycle
+        return cycle is None or cycle.response_complete
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_deadline)
+
+    def _disarm(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+
+    def _head_deadline(self) -> None:
+        self._head_timer = None
+        if self._between_requests() and not self.transport.is_closing():
+            self.transport.abort()
+
+    def _longest_waiting(self) -> BoundedH11 | None:
+        idle = [
+            c
+            for c in self.connections
+            if c is not self and isinstance(c, BoundedH11) and c._between_requests()
+        ]
+        return min(idle, key=lambda c: c._waiting_since, default=None)
+
+
+def bounded_h11(max_connections: int | None = None) -> type[BoundedH11]:
+    """The protocol class to give uvicorn (``Config(http=...)``) with this process's cap."""
+    cap = connection_cap() if max_connections is None else max_connections
+    return type("BoundedH11", (BoundedH11,), {"max_connections": cap})
+
+
+def quiet_loop_errors(loop: asyncio.AbstractEventLoop, every_s: float = LOOP_ERROR_EVERY_S) -> None:
+    """Log each kind of event-loop error (by its message) at most once per ``every_s``, the
+    first with its traceback, then a count of the ones left out: at the descriptor limit
+    asyncio reported every failed ``accept`` with a traceback, 229,375 of them in a minute."""
+    last: dict[str, float] = {}
+    left_out: Counter[str] = Counter()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        kind = str(context.get("message", "event loop error"))[:80]
+        now = time.monotonic()
+        if now - last.get(kind, -every_s) < every_s:
+            left_out[kind] += 1
+            return
+        last[kind] = now
+        more = left_out.pop(kind, 0)
+        exc = context.get("exception")
+        extra = f" ({more} more like it in the last {every_s:g} s)" if more else ""
+        if more or kind in _SEEN:
+            log.error("%s: %r%s", kind, exc, extra)
+        else:
+            _SEEN.add(kind)
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+_SEEN: set[str] = set()

@@ -11,6 +11,7 @@ anything listens (docs/design.md §16).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -253,6 +254,7 @@ def _server(
     import uvicorn
 
     from mediator.api import create_app
+    from mediator.api.guard import bounded_h11, quiet_loop_errors
 
     app = create_app(med, serving.tokens)
     server = uvicorn.Server(
@@ -262,11 +264,16 @@ def _server(
             port=serving.config.port,
             log_level="warning",
             access_log=False,
+            # a cap on connections and a deadline on request heads (docs/security.md
+            # "Connections", issue 25 §4)
+            http=bounded_h11(),
+            timeout_keep_alive=5,
         )
     )
     original_startup = server.startup
 
     async def startup(sockets: object = None) -> None:
+        quiet_loop_errors(asyncio.get_running_loop())  # no traceback per failed accept
         await original_startup(sockets=sockets)  # type: ignore[arg-type]
         port = serving.config.port
         if server.servers and server.servers[0].sockets:

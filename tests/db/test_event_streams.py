@@ -49,7 +49,7 @@ class Stream:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self.sock.sendall(
-            f"GET /v1/events{query} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n"
+            f"GET /v1/events{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
             f"{auth}\r\n".encode()
         )
         self.data = b""

@@ -55,7 +55,8 @@ RULES = (
          ("mediator/tickets",), ("mediator.store", "mediator.api", "mediator.flows",
                                  "mediator.pg", "psycopg"),
          allowed=("mediator.api.guard", "mediator.api.guard.Guard",
-                  "mediator.api.guard.LOOPBACK_HOSTS")),  # plain HTTP refusals (issue 25 §1)
+                  "mediator.api.guard.LOOPBACK_HOSTS", "mediator.api.guard.bounded_h11")),
+    # ^ plain HTTP refusals and bounds, no Mediator inside (issue 25 §1, §4)
     Rule("enode does not import the panel, the store or the API internals", ("mediator/enode",),
          ("mediator.api", "mediator.store", "mediator.flows", "psycopg")),
     # rows type their timestamps as datetime values; reading the clock is refused by

@@ -24,7 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel
 
-from mediator.api.guard import LOOPBACK_HOSTS, Guard
+from mediator.api.guard import LOOPBACK_HOSTS, Guard, bounded_h11
 from mediator.tickets import store, view
 from mediator.tickets.files import BadInput, NotATicketFile
 from mediator.tickets.frontmatter import Document, render_value
@@ -185,7 +185,9 @@ def serve(
     bound_port = sock.getsockname()[1]
     hosts = LOOPBACK_HOSTS | {host.strip("[]").lower()}
     app = create_app(queue, refresh_seconds=refresh_seconds, max_failures=max_failures, hosts=hosts)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, http=bounded_h11())
+    )
     shown = f"[{host}]" if ":" in host else host
     print(f"board: http://{shown}:{bound_port}/", flush=True, file=sys.stdout)
     server.run(sockets=[sock])
