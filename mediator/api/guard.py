@@ -33,6 +33,7 @@ hold a connection and a worker task for ever (docs/security.md "Connections").
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
@@ -306,6 +307,15 @@ class BoundedH11(H11Protocol):
         return min(idle, key=lambda c: c._waiting_since, default=None)
 
 
+def accept_backlog(cap: int) -> int:
+    """uvicorn's ``backlog``: the listen queue, and how many connections asyncio accepts in
+    one go. A connection is counted (and one dropped to make room) only two turns of the event
+    loop after its accept, and a dropped one closes a turn later, so bursts may exceed the cap
+    by about three times this: an eighth of the cap, at most 128, keeps that within the other
+    half of the descriptors."""
+    return max(8, min(128, cap // 8))
+
+
 def bounded_h11(max_connections: int | None = None) -> type[BoundedH11]:
     """The protocol class to give uvicorn (``Config(http=...)``) with this process's cap."""
     cap = connection_cap() if max_connections is None else max_connections
@@ -329,7 +339,7 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop, every_s: float = LOOP_ERR
         more = left_out.pop(kind, 0)
         exc = context.get("exception")
         extra = f" ({more} more like it in the last {every_s:g} s)" if more else ""
-        if more or kind in _SEEN:
+        if more or kind in _SEEN or _out_of_resources(exc):
             log.error("%s: %r%s", kind, exc, extra)
         else:
             _SEEN.add(kind)
@@ -339,3 +349,9 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop, every_s: float = LOOP_ERR
 
 
 _SEEN: set[str] = set()
+# An accept that failed for want of descriptors or memory is the load, not a bug: no traceback.
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _out_of_resources(exc: object) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS

@@ -254,9 +254,10 @@ def _server(
     import uvicorn
 
     from mediator.api import create_app
-    from mediator.api.guard import bounded_h11, quiet_loop_errors
+    from mediator.api.guard import accept_backlog, bounded_h11, connection_cap, quiet_loop_errors
 
     app = create_app(med, serving.tokens)
+    cap = connection_cap()
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -266,7 +267,8 @@ def _server(
             access_log=False,
             # a cap on connections and a deadline on request heads (docs/security.md
             # "Connections", issue 25 §4)
-            http=bounded_h11(),
+            http=bounded_h11(cap),
+            backlog=accept_backlog(cap),
             timeout_keep_alive=5,
         )
     )
