@@ -10,7 +10,8 @@ the answers. :class:`Guard` is a pure ASGI middleware in front of the routes tha
 * a ``Host`` that is not one the server serves, when ``hosts`` is given (``--dev`` and the tickets
   board: loopback names only) — 400 ``host_not_allowed``: a rebinding page's requests carry its
   own name;
-* a request that changes something (any method but GET, HEAD, OPTIONS) from another origin: an
+* with ``hosts`` given, a request that changes something (any method but GET, HEAD, OPTIONS)
+  from another origin: an
   ``Origin`` header (browsers send it on every cross-origin POST, forms and ``no-cors`` fetches
   included) whose host and port are not the request's ``Host``, the opaque origin ``null``, or
   ``Sec-Fetch-Site: cross-site`` — 403 ``cross_origin``. This is what keeps a *bodyless* POST
@@ -129,6 +130,10 @@ class Guard:
                 f"Request bodies must be JSON with Content-Type: application/json, not {shown}.",
                 "Content-Type",
             )
+        if self.hosts is None:
+            # With tokens nothing is ambient: a page has no token to send (and a proxy in front
+            # may rewrite Host, so Origin could not be compared with it anyway).
+            return self._csrf_refusal(headers)
         origin = headers.get(b"origin")
         if origin is not None and not self._same_origin(origin.decode("latin-1"), host):
             return (
@@ -140,6 +145,9 @@ class Guard:
             )
         if headers.get(b"sec-fetch-site", b"").lower() == b"cross-site":
             return (403, "cross_origin", "Cross-site requests are refused.", "Sec-Fetch-Site")
+        return self._csrf_refusal(headers)
+
+    def _csrf_refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str, str, str] | None:
         if self.csrf is not None:
             given = headers.get(CSRF_HEADER.lower().encode(), b"")
             if not hmac.compare_digest(given, self.csrf):

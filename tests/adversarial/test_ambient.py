@@ -255,3 +255,19 @@ def test_sighup_reloads_the_tokens_file_and_keeps_the_old_on_a_bad_one(
     finally:
         assert server.process.stop() == 0
     assert os.path.exists(path)
+
+
+def test_a_token_server_takes_json_bodies_only(lab: Lab) -> None:
+    """With tokens nothing is ambient, but the media type is checked all the same: every route
+    with a body answers 415 to anything but application/json."""
+    node, run = "amb-n1", "amb-r1"
+    routes = [
+        ("/v1/runs", "client"), ("/v1/nodes", "node"), (f"/v1/runs/{run}/cancel", "client"),
+        (f"/v1/runs/{run}/steps/0/claim", "node"), ("/v1/asks/1/answer", "client"),
+    ]  # fmt: skip
+    for path, who in routes:
+        for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+            body = json.dumps({"node_id": node, "instance": "i1", "capabilities": {}})
+            answer = lab.http.send("POST", path, body, who=who, headers={"Content-Type": kind})
+            assert answer.status == 415, (path, kind, answer.body)
+            judge("ambient", answer, refused=True)
