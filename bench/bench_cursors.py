@@ -30,11 +30,12 @@ from typing import Any
 from psycopg.rows import class_row, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
-from mediator import Mediator
+from mediator import Mediator, Outcome
 from mediator.core.rows import Step
 from mediator.pg import EmbeddedPostgres
-from mediator.store.db import Tx, check_edges
+from mediator.store.connector import check_edges
 from mediator.store.queries import QUERIES
+from mediator.store.tx import Tx
 
 
 def fresh_cursor(tx: Tx, name: str, params: dict[str, Any], row: Any) -> list[Any]:
@@ -75,7 +76,7 @@ def main() -> None:
             steps = [{"name": f"s{i}", "role": "dut", "uses": "shell", "with": {"cmd": f"echo {i}"}}
                      for i in range(3)]  # fmt: skip
             contract = {"run_id": "bench", "roles": {"dut": {"board": "x"}}, "steps": steps}
-            assert med.submit(contract).status == 201
+            assert med.submit(contract).outcome == Outcome.STARTED
             roles = Jsonb({"dut": {"board": "x"}})
             cases = [
                 ("result_source", {"run_id": "bench", "node_id": "X"}, dict, dict_row),

@@ -47,7 +47,7 @@ from typing import Any
 
 import pg8000.native
 
-from mediator import Config, Mediator
+from mediator import Config, Mediator, Outcome
 from mediator.pg import EmbeddedPostgres
 
 
@@ -210,7 +210,7 @@ def measure_flows(pg: EmbeddedPostgres, meter: Meter, virtual: bool, tmp: str) -
             med.advert("x", {"board": "x"}, "i1")
         with flow("submit (free node) → 201"):
             sub = med.submit(contract("x"))
-        assert sub.status == 201 and sub.run is not None
+        assert sub.outcome == Outcome.STARTED and sub.run is not None
         with flow("work"):
             step = med.work("x")[0]
         with flow("claim"):
@@ -224,7 +224,7 @@ def measure_flows(pg: EmbeddedPostgres, meter: Meter, virtual: bool, tmp: str) -
         assert r1 is not None
         with flow("submit (node busy) → 202"):
             q = med.submit(contract("y"))
-        assert q.status == 202
+        assert q.outcome == Outcome.QUEUED
         with flow("sweep, one run queued, nothing free"):
             med.wake_queued()
         s1 = med.work("y")[0]

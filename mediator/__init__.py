@@ -4,7 +4,7 @@ The public face (docs/design.md §19)::
 
     from mediator import Mediator, Config
     med = Mediator.connect()           # embedded PostgreSQL, wall clock
-    sub = med.submit(contract)         # sub.status: 201 / 202 / 200 / 422
+    sub = med.submit(contract)         # sub.outcome: Outcome.STARTED, QUEUED, REJECTED, …
 
 Names are imported on first use (PEP 562): ``enode`` and ``runctl`` import ``mediator.client``
 and must not pay for — or depend on — the store and psycopg that ``Mediator`` brings in.
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Mediator": "mediator.flows",
+    "Outcome": "mediator.flows",
     "Submission": "mediator.flows",
     "WakeReport": "mediator.flows",
     "Config": "mediator.config",
@@ -38,6 +39,7 @@ _EXPORTS = {
     "NodeTaken": "mediator.core.errors",
     "NotFound": "mediator.core.errors",
     "PostgresNotInstalled": "mediator.core.errors",
+    "DataDirInUse": "mediator.core.errors",
     "StoreUnavailable": "mediator.core.errors",
 }
 
@@ -47,6 +49,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ContractError",
+    "DataDirInUse",
     "DuplicateRun",
     "Fleet",
     "Forbidden",
@@ -55,6 +58,7 @@ __all__ = [
     "Node",
     "NodeTaken",
     "NotFound",
+    "Outcome",
     "PostgresNotInstalled",
     "Run",
     "RunList",
@@ -72,6 +76,7 @@ if TYPE_CHECKING:
         ConfigError,
         Conflict,
         ContractError,
+        DataDirInUse,
         DuplicateRun,
         Forbidden,
         MediatorError,
@@ -81,7 +86,7 @@ if TYPE_CHECKING:
         StoreUnavailable,
     )
     from mediator.core.rows import Ask, Fleet, Node, Run, RunList, RunSummary, Step
-    from mediator.flows import Mediator, Submission, WakeReport
+    from mediator.flows import Mediator, Outcome, Submission, WakeReport
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,7 @@ generate time-ordered run ids and, in the simulator, to set ``mediator.now``; bo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -16,3 +17,10 @@ Clock = Callable[[], datetime]
 def wall_clock() -> datetime:
     """The real time, tz-aware (UTC). The only place the wall clock is read."""
     return datetime.now(UTC)
+
+
+def monotonic() -> float:
+    """The process's steady clock in seconds: it never jumps and runs on through a stall, so a
+    gap between two of its readings is real time (docs/design.md §13, "time you can trust").
+    Used to notice stalls and jumps of the database's clock, never as a time of record."""
+    return time.monotonic()

@@ -9,7 +9,7 @@ pg.py no longer imports the store"). The store may import the launcher, never th
 
 from __future__ import annotations
 
-from mediator.store.db import admin_execute, load_schema
+from mediator.store.connector import admin_execute, load_schema
 
 
 def _safe(name: str) -> str:

@@ -51,6 +51,36 @@ def _scenario(name: str, sets: list[str]) -> Scenario:
     return sc.with_overrides(dict(pairs)) if pairs else sc
 
 
+def offered_load(sc: Scenario) -> float | None:
+    """ρ = λ·E[S]/c where it is plain: Poisson arrivals, one group of identical nodes, and every
+    template on one role (so a run holds one node for the sum of its exec steps' mean durations);
+    None otherwise."""
+    from sim.scenarios import Poisson
+
+    wl, groups = sc.workload, sc.fleet.groups
+    if not isinstance(wl.arrivals, Poisson) or len(groups) != 1:
+        return None
+    if any(len(t.roles) != 1 for t in wl.templates):
+        return None
+    total = sum(t.weight for t in wl.templates)
+    service = sum(
+        t.weight / total * sum(s.duration.mean for s in t.steps if s.kind == "exec")
+        for t in wl.templates
+    )
+    return wl.arrivals.rate * service / groups[0].count
+
+
+def overload_warning(sc: Scenario) -> str | None:
+    """issue 29 §8: an overloaded queue is said as such, not only as "run too short"."""
+    rho = offered_load(sc)
+    if rho is None or rho < 1:
+        return None
+    return (
+        f"offered load ≥ 1: the queue never drains (ρ = {rho:.3g}); waits grow with the run's "
+        "length and have no steady value"
+    )
+
+
 def _print_summary(summary: dict[str, Any]) -> None:
     for key, value in summary.items():
         if key == "warnings":
@@ -80,6 +110,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {path:44s} {json.dumps(value, default=str):24s} {meaning}")
     short = ", ".join(ALIASES)
     print(f"\nShort names for paths: {short}")
+    overload = overload_warning(sc)
+    if overload:
+        print(f"warning: {overload}", file=sys.stderr)
     return 0
 
 
@@ -92,6 +125,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _scenario(args.scenario, args.set or [])
+    overload = overload_warning(sc)
+    if overload:
+        print(f"warning: {overload}", file=sys.stderr)
     if args.engine == "model":
         from sim.model import run_model
 
@@ -158,7 +194,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default (issue 15 §2) and keeps descriptions as written."""
+    """Shows every option's default (issue 15 §2) and keeps descriptions as written; a help text
+    that says its default in words keeps only those (issue 29: "(default: an embedded one)
+    (default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _parser(sub: Any, name: str, help: str) -> argparse.ArgumentParser:

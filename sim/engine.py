@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mediator import Config, Conflict, Mediator
+from mediator import Config, Conflict, Mediator, Outcome
 from mediator.core.match import Advert, Assignment, match
 from sim.affinity import claim_cpu
 from sim.core import to_us
@@ -138,9 +138,13 @@ class MediatorBroker:
         with self._call("submit"):
             sub = self.med.submit(arrival.contract, principal="sim")
         run = sub.run
-        if sub.status == 201 and run is not None:
+        if sub.outcome is Outcome.STARTED and run is not None:
             self._started(run.run_id, dict(run.assigned or {}))
-        elif sub.status == 202 and run is not None and self.index[run.run_id] not in self.assigned:
+        elif (
+            sub.outcome is Outcome.QUEUED
+            and run is not None
+            and self.index[run.run_id] not in self.assigned
+        ):
             # (R17's guard may have promoted it already: then the observer saw it)
             self.queued[run.run_id] = arrival.contract["roles"]
 

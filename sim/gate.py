@@ -50,6 +50,8 @@ from typing import Any, NamedTuple
 FORMAT = 1
 DECISIONS, SUMMARY, MANIFEST = "decisions.csv", "summary.json", "manifest.json"
 HEADER = ("at_s", "run_id", "how", "roles", "queued")
+# The first line of every Markdown summary: how a CI job finds its own earlier comment to edit.
+MARKER = "<!-- scheduler-gate -->"
 # Wall-clock figures vary from run to run; a baseline keeps only what the seed determines.
 _UNSTABLE = ("virtual_s_per_wall_s",)
 # Drift mode: (summary key, interval key, label).
@@ -662,9 +664,15 @@ class GateReport:
         ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
         return path
 
-    def write_markdown(self, path: str | Path) -> Path:
+    def write_markdown(self, path: str | Path, charts_url: str | None = None) -> Path:
         """A summary for a pull-request comment; a PNG chart beside it for each changed case
-        (decisions over time, baseline against now), linked relatively."""
+        (decisions over time, baseline against now).
+
+        The charts are shown inline by a relative link, which a file viewer renders. A CI job
+        summary or a pull-request comment cannot show an image stored beside the file, so with
+        ``charts_url`` (e.g. the CI run's page, where the charts are kept as an artifact) each
+        chart is named and linked there instead. The first line is ``MARKER``, by which a CI job
+        finds its own earlier comment to edit rather than post a new one per push."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         icon = {"pass": "✅", "fail": "❌", "error": "⚠️"}
@@ -673,7 +681,7 @@ class GateReport:
         parts = [f"{n_fail} of {len(self.outcomes)} case(s) changed"] if n_fail else []
         parts += [f"{n_error} could not run"] if n_error else []
         title = ", ".join(parts) or "the scheduler's decisions are unchanged"
-        lines = [f"## Scheduler gate: {title}", "",
+        lines = [MARKER, f"## Scheduler gate: {title}", "",
                  f"{self.mode.capitalize()} mode against `{self.root}`, "
                  f"{len(self.outcomes)} case(s) on the real Mediator in {self.wall_s:.0f} s.", "",
                  "| | case | decisions | result | wall (s) |", "|---|---|---|---|---|"]  # fmt: skip
@@ -688,7 +696,11 @@ class GateReport:
             if o.divergence is not None:
                 chart = path.with_name(f"{path.stem}-{o.case}-seed{o.seed}.png")
                 decisions_chart(o, chart)
-                lines += ["", f"![{o.name}: decisions over time]({chart.name})"]
+                if charts_url:
+                    lines += ["", f"Chart: [`{chart.name}`]({charts_url}) (decisions over time, "
+                                  "in the run's artifact)."]  # fmt: skip
+                else:
+                    lines += ["", f"![{o.name}: decisions over time]({chart.name})"]
             if o.metrics:
                 lines += ["", metrics_table(o.metrics, markdown=True)]
         lines += ["", "Refresh the baseline on purpose with `python -m sim baseline --out "
@@ -837,6 +849,12 @@ def add_parsers(sub: Any) -> None:
     c.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per case)")
     c.add_argument("--markdown", metavar="FILE", help="write a pull-request comment (+ charts)")
     c.add_argument(
+        "--charts-url",
+        metavar="URL",
+        help="link the charts at URL (e.g. the CI run's page) instead of showing them inline: "
+        "a job summary or a comment cannot show files beside it",
+    )
+    c.add_argument(
         "--jobs",
         type=int,
         default=os.cpu_count() or 1,
@@ -883,5 +901,5 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.junit:
         report.write_junit(args.junit)
     if args.markdown:
-        report.write_markdown(args.markdown)
+        report.write_markdown(args.markdown, charts_url=args.charts_url)
     return report.exit_code

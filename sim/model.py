@@ -16,12 +16,14 @@ What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
   reuses
   the earliest chosen node that serves the role; otherwise the first live, available candidate
   ordered by how many of the roles from this one onward it serves (more first), then node_id;
-  none → ALL_BUSY; more distinct nodes than `max_width` → TOO_WIDE. JSON types are kept (a
+  none → ALL_BUSY; more distinct nodes than `max_width` → the narrowest choice of the same
+  nodes instead, the first of them in that same order, and TOO_WIDE only if none fits
+  (`_narrowest`, §4 "Width, exactly"). JSON types are kept (a
   boolean never equals a number; 1 equals 1.0; a need `true` wants a truthy capability; a list
   capability matches a member).
 - submit (§7.1): unavailable = busy ∪ draining. Assignment → RUNNING at once; ALL_BUSY or
-  TOO_WIDE → QUEUED, then one WakeQueued (R17, wake 8) — unless the match ignoring availability
-  is too wide as well: then, like NO_CANDIDATE, FAILED, verdict `rejected` (R1, amended).
+  TOO_WIDE → QUEUED, then one WakeQueued (R17, wake 8) — unless no choice of live nodes, busy
+  or not, fits `max_width`: then, like NO_CANDIDATE, FAILED, verdict `rejected` (R1, amended).
 - WakeQueued (§7.2): FIFO by (created_at, run_id); a run that cannot go is skipped, never stops
   the sweep (R6); ALL_BUSY and NO_CANDIDATE are remembered per needs_key for the rest of the sweep,
   TOO_WIDE is not and leaves the run QUEUED (R10); promoted nodes join `unavailable` (R9); the
@@ -404,11 +406,56 @@ class Model:
                 used.append(pick)
             chosen.append(pick)
         if len(used) > self.max_width:
-            return TOO_WIDE, None
+            narrow = self._narrowest(
+                info, lambda n: n.expires_at > now and n.lease is None and not n.drain
+            )
+            return (TOO_WIDE, None) if narrow is None else (OK, narrow)
         return OK, chosen
 
+    def _narrowest(self, info: _Needs, usable: Callable[[_Node], bool]) -> list[_Node] | None:
+        """The narrowest choice of `usable` nodes within `max_width`, node per role, or None.
+
+        §4 "Width, exactly": widths 1, 2, … in turn; at each, a walk in the matcher's own order
+        (the first role no picked node serves takes each of its usable candidates in `order`)
+        that stops at the first full cover. Candidates adding the same roles as an earlier one
+        are skipped, and (roles covered, picks left) pairs that failed are not walked again.
+        """
+        n_roles = len(info.roles)
+        cands = [[n for n in info.order[i] if usable(n)] for i in range(n_roles)]
+        if not all(cands):
+            return None
+        covers: dict[int, frozenset[int]] = {}
+        for lst in cands:
+            for n in lst:
+                if n.idx not in covers:
+                    covers[n.idx] = frozenset(i for i in range(n_roles) if n.idx in info.serves[i])
+        dead: set[tuple[frozenset[int], int]] = set()
+
+        def walk(done: frozenset[int], picked: list[_Node], left: int) -> list[_Node] | None:
+            todo = next((i for i in range(n_roles) if i not in done), None)
+            if todo is None:
+                return picked
+            if left == 0 or (done, left) in dead:
+                return None
+            seen: set[frozenset[int]] = set()
+            for n in cands[todo]:
+                gain = covers[n.idx] - done
+                if gain not in seen:
+                    seen.add(gain)
+                    got = walk(done | gain, [*picked, n], left - 1)
+                    if got is not None:
+                        return got
+            dead.add((done, left))
+            return None
+
+        for width in range(1, self.max_width + 1):
+            picked = walk(frozenset(), [], width)
+            if picked is not None:
+                return [next(n for n in picked if n.idx in info.serves[i]) for i in range(n_roles)]
+        return None
+
     def _too_wide_free(self, info: _Needs) -> bool:
-        """Whether the match that ignores availability (every live node free) is too wide."""
+        """Whether no choice of live nodes, busy or not, fits `max_width` (§4: exactly)."""
         if len(info.order) == 1:
             return False
         now = self.now
@@ -420,7 +467,9 @@ class Model:
                 if pick is None:
                     return False  # NO_CANDIDATE: not this question
                 used.append(pick)
-        return len(used) > self.max_width
+        if len(used) <= self.max_width:
+            return False  # the greedy choice fits
+        return self._narrowest(info, lambda n: n.expires_at > now) is None
 
     def _any_free_live(self) -> bool:
         now = self.now
@@ -453,7 +502,7 @@ class Model:
             assert chosen is not None
             self._start(run, chosen, "created", 0)
         elif code in (ALL_BUSY, TOO_WIDE) and not self._too_wide_free(info):
-            # R1/R10 amended: refused only if too wide with every node free as well.
+            # R1/R10 amended: refused only if no choice of live nodes fits (§4, exactly).
             run.state = QUEUED
             info.queue.append(run)
             self.qkeys.add(info)

@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -419,6 +420,22 @@ class Settings:
     max_attempts: int = 3
     wake_on_return: bool = True
     claim_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # issue 29 §8: `--set settings.wake_on_return=maybe` once reached the Mediator's config
+        # and ended in a traceback; a value of the wrong kind is one line naming the setting.
+        for f in dataclasses.fields(self):
+            value, default = getattr(self, f.name), f.default
+            # numpy's scalars count: a notebook may compute a setting
+            is_bool = isinstance(value, bool | np.bool_)
+            if isinstance(default, bool):
+                said = f"settings.{f.name} is true or false, not {value!r}"
+                _check(is_bool, said)
+            else:
+                _check(
+                    isinstance(value, numbers.Real) and not is_bool,
+                    f"settings.{f.name} is a number, not {value!r}",
+                )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from mediator.pg import EmbeddedPostgres
-from mediator.store.db import admin_execute, load_schema
+from mediator.store.connector import admin_execute, load_schema
 
 # The scheduler gate's fixture ``sim_check`` (issue 16 §4), loaded here rather than by an entry
 # point so that pytest-cov measures sim from its first import.

@@ -8,7 +8,15 @@ Rows are read in (tx, id) order — ``tx`` is the inserting transaction's id —
 stream has reached, and only from transactions older than the reading snapshot's xmin: those have
 all ended, so nothing can still appear behind a stream's place. Reading in id order skipped an
 event whose transaction took a smaller id but committed after a bigger one had been sent (issue 13
-§6). Frames still carry the event ``id``; ``Last-Event-ID`` resumes at that event's place.
+§6). Frames still carry the event ``id``; ``Last-Event-ID`` resumes at that event's place. The
+transaction id is compared as the number it is (xid8), never as text: text order put 10000 before
+9999, pages came back out of order, streams skipped events and re-sent others endlessly (issue 24).
+
+A stream's place only moves forward: the buffer keeps rows in strictly increasing (tx, id) order and
+a stream sends a frame only if its place is after the last one it sent. So every frame reaches a
+stream at most once, whatever order a read returns — a read out of order would lose rows rather than
+re-send them without bound, and is counted (``mediator_event_rows_out_of_order``: zero unless the
+order itself is broken).
 
 Why it is shaped this way (issue 11 §2, docs/security.md "Event streams"): a stream is idle for
 hours — an open panel tab — so it must cost no thread. A stream is an async generator on the event
@@ -107,6 +115,9 @@ class EventFeed:
         # Told the number of open streams at every change (the /metrics gauge; under the lock,
         # so the last value it hears is the current one).
         self.on_open_streams: Callable[[int], None] | None = None
+        # Told how many rows a read returned out of (tx, id) order and were dropped (the /metrics
+        # counter mediator_event_rows_out_of_order; never non-zero while the order holds).
+        self.on_out_of_order: Callable[[int], None] | None = None
         # Set once the first stream starts, on that stream's event loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None  # the listener's NOTIFY, or stop()
@@ -251,6 +262,8 @@ class EventFeed:
                 rows = await _in_thread(self._read, self._ids[-1] if self._ids else self._floor)
             except MediatorError:
                 rows = []  # the database is away; the next wake-up tries again
+            full = len(rows) == PAGE
+            rows = self._forward(rows, self._ids[-1] if self._ids else self._floor)
             if rows:
                 for row in rows:
                     self._ids.append(row[0])
@@ -260,8 +273,8 @@ class EventFeed:
                     self._floor = self._ids[cut - 1]
                     del self._ids[:cut], self._frames[:cut]
                 self._notify_changed()
-                if len(rows) == PAGE:
-                    continue  # more are waiting
+            if full:
+                continue  # more are waiting
             timeout = self.horizon_s if self._open else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
@@ -279,6 +292,20 @@ class EventFeed:
         with self.med.store.tx() as tx:
             rows = tx.events_since(after[0], after[1], PAGE)
         return [((place, row.id), _frame(row)) for place, row in rows]
+
+    def _forward(
+        self, rows: list[tuple[Place, bytes]], last: Place | None
+    ) -> list[tuple[Place, bytes]]:
+        """The rows whose place is after ``last`` and after every row before them: places only
+        move forward, so nothing is sent twice (issue 24). Any other row is dropped and counted."""
+        out: list[tuple[Place, bytes]] = []
+        for row in rows:
+            if last is None or row[0] > last:
+                out.append(row)
+                last = row[0]
+        if len(out) < len(rows) and self.on_out_of_order is not None:
+            self.on_out_of_order(len(rows) - len(out))
+        return out
 
     def _buffered_after(self, last: Place) -> list[tuple[Place, bytes]] | None:
         """Frames after ``last`` from the shared buffer; None if it does not reach back that far."""
@@ -307,6 +334,7 @@ class EventFeed:
                         rows = await _in_thread(self._read, last)
                     except MediatorError:
                         rows = []
+                rows = self._forward(rows, last)  # a place is sent once, in order
                 for place, frame in rows:
                     last = place
                     yield frame

@@ -205,6 +205,12 @@ class Instruments:
             multiprocess_mode="livesum",  # the live workers' streams; a dead one holds none
             registry=registry,
         )
+        self.out_of_order = Counter(
+            "mediator_event_rows_out_of_order",
+            "Event rows a /v1/events read returned out of (tx, id) order, dropped rather than "
+            "sent again (issue 24); zero unless the order is broken.",
+            registry=registry,
+        )
 
     def watch(self, med: Mediator) -> None:
         """Count ``med``'s sweeps and survived failures from now on, and those it counted

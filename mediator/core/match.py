@@ -9,6 +9,10 @@ every tie is broken by ``node_id``.
 The three refusals mean different things to the caller (R1): ``NO_CANDIDATE`` and ``TOO_WIDE`` at
 submit are permanent (422, FAILED), ``ALL_BUSY`` is temporary (202, QUEUED). At promotion a
 ``TOO_WIDE`` leaves the run queued (R10): the width depends on which nodes happen to be free.
+
+Width, exactly (docs/design.md §4): the greedy choice is kept when it fits ``max_width``; when it
+does not, :func:`narrowest` searches every choice of available nodes for the narrowest, so
+``TOO_WIDE`` means *no* assignment of those nodes fits — not that the greedy one did not.
 """
 
 from __future__ import annotations
@@ -181,7 +185,10 @@ def match(
        from ``r`` onward it can serve (more first, so later roles can fold onto it), then by
        ``node_id`` (ADR-014 decision 3: ties broken by id, so advert order never matters). None
        available gives ``ALL_BUSY`` with ``candidates = C_r``.
-    5. More distinct nodes than ``max_width`` gives ``TOO_WIDE``.
+    5. More distinct nodes than ``max_width``: the exact search (:func:`narrowest`) over the
+       same available nodes takes the narrowest assignment instead, ties broken in the order
+       step 4 tries nodes; ``TOO_WIDE`` only if none fits ``max_width`` (docs/design.md §4
+       "Width, exactly": greedy alone is not monotone in which nodes are busy).
 
     Cost is one ``satisfies`` per (role, advert) plus, per role, one pass over its available
     candidates counting the later roles each serves: about 10 × 100 checks for a fleet of a
@@ -237,8 +244,139 @@ def match(
         chosen[role] = node
 
     if len(used) > max_width:
-        return _too_wide(len(used), max_width)
+        exact = narrowest(roles, serves, blocked, max_width)
+        return _too_wide(len(used), max_width) if exact is None else exact
     return Assignment(roles=chosen, width=len(used))
+
+
+def narrowest(
+    roles: Sequence[str],
+    serves: Sequence[AbstractSet[str]],
+    unavailable: AbstractSet[str],
+    max_width: int,
+) -> Assignment | None:
+    """The narrowest assignment of available nodes within ``max_width``, or None if none fits.
+
+    A set of nodes can serve a contract when every role has a serving node in it, and an
+    assignment's width is the size of that set, so the question is a minimum set cover — small
+    here: the width is capped (``max_width``) and the roles are few. The search goes the way the
+    greedy matcher does (roles in name order; a role some chosen node serves folds onto the
+    earliest such; otherwise each available candidate in step 4's order is tried in turn), so
+    among the narrowest assignments it returns the first that order reaches, and the greedy one
+    itself when it is the narrowest. Widths are tried from a lower bound up (iterative
+    deepening); a branch stops when its width plus a lower bound on what is left (the fewest
+    nodes whose largest gains add up to the uncovered roles) exceeds the width tried; a
+    candidate whose uncovered roles an earlier candidate also serves is skipped (whatever
+    completes its branch would have completed the earlier one, which failed — so the order of
+    answers is kept); and a coverage already shown not to complete with as many nodes left is
+    not searched again. Whether a width is possible at all is first decided by the same search
+    branching on the role with the fewest kinds of candidates (``fits``), which is far quicker to
+    prove a width impossible; the ordered search runs only at the width that fits, and descends
+    only into the first candidate (in its order) after which the rest can still fit.
+
+    The cost is exponential in the worst case (set cover is NP-hard); it stays small because
+    the covered-roles states number at most 2^roles and roles that have the same candidates are
+    covered together. docs/performance.md "The exact width search" has figures.
+
+    Args:
+        roles: Role names in name order.
+        serves: ``C_r`` per role, aligned with ``roles``.
+        unavailable: Nodes that must not be chosen.
+        max_width: The widest assignment accepted.
+
+    Returns:
+        The assignment, or None when every assignment of available nodes is wider.
+    """
+    n = len(roles)
+    if n == 0:
+        return Assignment(roles={}, width=0)
+    mask: dict[str, int] = {}  # node → the roles it serves, as bits in name order
+    for i, able in enumerate(serves):
+        for node in able:
+            if node not in unavailable:
+                mask[node] = mask.get(node, 0) | (1 << i)
+    full = (1 << n) - 1
+    order: list[list[str]] = []  # step 4's order per role: serves more later roles, then id
+    for i in range(n):
+        later = (full >> i) << i
+        order.append(sorted(
+            (x for x in serves[i] if x in mask),
+            key=lambda x: (-(mask[x] & later).bit_count(), x),
+        ))  # fmt: skip
+        if not order[i]:
+            return None  # a role no available node serves: ALL_BUSY, not a width question
+    masks = list(set(mask.values()))
+
+    def bound(uncovered: int) -> int:
+        """Fewest nodes that could cover ``uncovered``: the largest gains, added up."""
+        left = uncovered.bit_count()
+        gains = sorted(((m & uncovered).bit_count() for m in masks), reverse=True)
+        for k, gain in enumerate(gains, 1):
+            left -= gain
+            if left <= 0:
+                return k
+        return len(gains) + 1  # not reachable: every role has an available node
+
+    failed: set[tuple[int, int]] = set()  # (covered, nodes still allowed) known to fail
+
+    def search(covered: int, chosen: list[str], width: int) -> list[str] | None:
+        if covered == full:
+            return chosen
+        if (covered, width - len(chosen)) in failed:
+            return None  # reached before by another order of the same nodes' coverage
+        uncovered = full & ~covered
+        if len(chosen) + bound(uncovered) > width:
+            failed.add((covered, width - len(chosen)))
+            return None
+        first = (uncovered & -uncovered).bit_length() - 1  # the first uncovered role
+        tried: list[int] = []
+        for node in order[first]:
+            gain = mask[node] & uncovered
+            if any(gain & t == gain for t in tried):
+                continue  # an earlier candidate covered these roles and more, and failed
+            tried.append(gain)
+            if fits(covered | mask[node], width - len(chosen) - 1):
+                return search(covered | mask[node], [*chosen, node], width)  # finds one
+        failed.add((covered, width - len(chosen)))
+        return None
+
+    by_role = [sorted({mask[x] for x in order[i]}, key=int.bit_count, reverse=True)
+               for i in range(n)]  # fmt: skip
+
+    def fits(covered: int, left: int) -> bool:
+        """Whether ``left`` more nodes can cover the rest — in any order: branching on the role
+        with the fewest kinds of candidate proves a width impossible far sooner than the greedy
+        order does. What fails is remembered in ``failed``, which the ordered search shares."""
+        if covered == full:
+            return True
+        if (covered, left) in failed:
+            return False
+        uncovered = full & ~covered
+        if bound(uncovered) > left:
+            failed.add((covered, left))
+            return False
+        role = min((i for i in range(n) if uncovered >> i & 1), key=lambda i: len(by_role[i]))
+        tried: list[int] = []
+        for m in by_role[role]:
+            gain = m & uncovered
+            if any(gain & t == gain for t in tried):
+                continue
+            tried.append(gain)
+            if fits(covered | m, left - 1):
+                return True
+        failed.add((covered, left))
+        return False
+
+    for width in range(bound(full), max_width + 1):
+        if not fits(0, width):
+            continue  # no assignment this narrow: the ordered search is not needed
+        nodes = search(0, [], width)
+        if nodes is not None:
+            assigned = {
+                role: next(x for x in nodes if mask[x] >> i & 1) for i, role in enumerate(roles)
+            }
+            return Assignment(roles=assigned, width=len(nodes))
+    return None
 
 
 def _count_serving(node: str, roles_serving: Sequence[AbstractSet[str]]) -> int:
@@ -283,7 +421,8 @@ def _too_wide(width: int, max_width: int) -> Reject:
         candidates=(),
         width=width,
         message=(
-            f"The run needs {width} distinct nodes but this server allows at most {max_width} "
-            "(max_width); use fewer roles or ask the operator to raise max_width."
+            f"No choice of nodes fills the run's roles with at most {max_width} distinct nodes "
+            f"(max_width; the matcher's choice needed {width}); use fewer roles or ask the "
+            "operator to raise max_width."
         ),
     )

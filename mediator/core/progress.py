@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from mediator.core import contract as contract_mod
 from mediator.core.rows import RunLease, Step
@@ -37,17 +37,26 @@ def event(kind: str, node_id: str = "", **data: Any) -> dict[str, Any]:
     return {"node_id": node_id, "kind": kind, "data": data}
 
 
+class StepMove(NamedTuple):
+    """What a result does to its own step: ``seq`` moves to ``state``; ``ends`` says whether
+    it ends now (a rollback, R15, goes back to PENDING and sets no ``ended_at``)."""
+
+    seq: int
+    state: StepState
+    ends: bool
+
+
 @dataclass(frozen=True)
 class Decision:
     """Everything one result (or answer) writes, for ``Tx.apply_result``.
 
-    ``step`` is ``(seq, new state, whether it ends now)``: a rollback (R15) does not set
-    ``ended_at``. ``head`` events come first, then one ``ask_raised`` per raised ask (the store
-    knows their ids), then ``tail``, then one ``lease_released`` per node released, with
-    ``release_reason``. ``settled`` is the run's new state when it ends, else "".
+    ``step`` is the result's own step (:class:`StepMove`). ``head`` events come first, then one
+    ``ask_raised`` per raised ask (the store knows their ids), then ``tail``, then one
+    ``lease_released`` per node released, with ``release_reason``. ``settled`` is the run's new
+    state when it ends, else "".
     """
 
-    step: tuple[int, StepState, bool] | None = None
+    step: StepMove | None = None
     step_from: StepState = StepState.CLAIMED
     skipped: tuple[int, ...] = ()
     asks: tuple[int, ...] = ()
@@ -180,7 +189,7 @@ def decide_result(
         busy = {s.node_id for s in steps if s.state == StepState.CLAIMED and s.seq != step.seq}
         held = {x.node_id for x in leases}
         return Decision(
-            step=(step.seq, state, True),
+            step=StepMove(step.seq, state, ends=True),
             release=(node_id,) if node_id not in busy and node_id in held else (),
             release_reason="late_result",
             head=(
@@ -190,7 +199,7 @@ def decide_result(
     if outcome == "retry" and attempt < max_attempts:
         # R15: a rollback releases nothing, so it does not wake.
         return Decision(
-            step=(step.seq, step_transition(step.state, StepState.PENDING), False),
+            step=StepMove(step.seq, step_transition(step.state, StepState.PENDING), ends=False),
             head=(
                 event(
                     "result", node_id, seq=step.seq, attempt=attempt, outcome="retry", rolled=True
@@ -217,7 +226,7 @@ def decide_result(
     head = (event("result", node_id, seq=step.seq, attempt=attempt, outcome=outcome),)
     return replace(
         rest,
-        step=(step.seq, state, True),
+        step=StepMove(step.seq, state, ends=True),
         skipped=tuple(sorted({*skipped, *rest.skipped})),
         head=head,
     )

@@ -22,7 +22,7 @@ from mediator.flows.after import AfterCommit, Change
 from mediator.flows.ending import ReapReport
 from mediator.flows.facade import Mediator
 from mediator.flows.steps import ReportResult
-from mediator.flows.submit import Submission
+from mediator.flows.submit import Outcome, Submission
 from mediator.flows.sweep import WakeReport
 from mediator.flows.wake import Wake
 
@@ -30,6 +30,7 @@ __all__ = [
     "AfterCommit",
     "Change",
     "Mediator",
+    "Outcome",
     "ReapReport",
     "ReportResult",
     "Submission",

@@ -9,6 +9,7 @@ frees capacity happened (wakes 4, 6, 7, 9); a steady heartbeat never sweeps (R14
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from mediator.core import limits
@@ -44,6 +45,7 @@ def advert(
         raise ContractError(
             "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
             field="node_id",
+            code="invalid_node_id",  # not a contract: the node's own name (issue 29)
         )
     caps = validate_capabilities(capabilities)
     limits.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
@@ -57,12 +59,18 @@ def advert(
         raise ContractError("drain must be '', 'graceful' or 'at-boundary'.", field="policy.drain")
     ttl = ctx.config.advert_ttl_seconds
     lease_ttl = ctx.config.lease_ttl_seconds
+    tk = ctx.timekeeper
     with ctx.store.autocommit() as tx:  # one statement: upsert and lease renewal (issue 13)
+        mono = tk.monotonic() if tk is not None else 0.0  # with a connection: just before it
         prev = tx.upsert_advert(
             node_id, label, principal or "", caps, instance, drain, ttl, lease_ttl
         )
     if prev is None:
         raise Forbidden(f"Node {node_id} belongs to another principal.", code="not_your_node")
+    if tk is not None:
+        # The new expiry is the database's clock plus the TTL: a reading of that clock for free,
+        # so a jump of it is noticed at the first heartbeat after it (docs/design.md §13).
+        tk.observe(prev.expires_at - timedelta(seconds=ttl), mono)
     released = False
     if not prev.inserted and (prev.prev_instance != instance or drain == "at-boundary"):
         # (a node advertising for the first time holds no lease to check)

@@ -12,24 +12,22 @@ work, and failing the same way must be survived the same way.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mediator.core.errors import StoreUnavailable
 from mediator.core.rows import Ask, SealSource
 from mediator.core.states import RunState
+from mediator.flows import sweep as sweep_flow
+from mediator.flows.sweep import HEAD_PAGE, WakeReport
 from mediator.flows.wake import Wake
-from mediator.store.db import SweepHead
+from mediator.store.tx import SweepHead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
-    from mediator.flows.sweep import WakeReport
 
 log = logging.getLogger("mediator")
-
-HEAD_PAGE = 64  # the queue's head a sweep reads first (mediator.flows.sweep pages on past it)
 
 
 @dataclass
@@ -45,18 +43,23 @@ class Change:
     source: SealSource | None = None
 
 
+class Sealed(NamedTuple):
+    """What sealing one record did: whether this call created ``seal.json`` (I6), and the
+    sweep's first read when it was made in the same round trip (None: not read)."""
+
+    created: bool
+    head: SweepHead | None = None
+
+
 class AfterCommit:
     """Seal, PushAsks, wake after a commit; record work that failed, kept for a retry."""
 
-    def __init__(self, ctx: Context, wake: Callable[[], WakeReport]) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self._wake = wake  # the Mediator's wake_queued, looked up at each call
         # Records whose contract.json could not be written after their commit (issue 11 §5):
         # run_id → contract, retried by every reaper pass. Sealing writes contract.json too, so
         # a run that ends first loses nothing even if this process restarts.
         self.unopened: dict[str, dict[str, Any]] = {}
-        # Per request thread: "the seal just read that no run is QUEUED" while its wake runs.
-        self._local = threading.local()
 
     def __call__(
         self, changes: Iterable[Change] = (), wake: Wake | None = None
@@ -82,13 +85,6 @@ class AfterCommit:
             return self.wake_safely(wake, head=head)
         return None
 
-    def take_head(self) -> SweepHead | None:
-        """Inside a wake: the sweep's first read if the caller's seal already did it, after
-        its commit (issue 13); once — a sweep nested in this one reads for itself."""
-        head: SweepHead | None = getattr(self._local, "head", None)
-        self._local.head = None
-        return head
-
     # ---- wake ------------------------------------------------------------------------------------
     def wake_safely(self, why: Wake, *, head: SweepHead | None = None) -> WakeReport | None:
         """R16: a failing wake never changes the triggering call's result; it is logged.
@@ -96,11 +92,10 @@ class AfterCommit:
         Wake 5: a sweep that failed because the database could not be reached is not left to
         some later event (steady heartbeats never sweep, R14): the store's reconnect watcher
         sweeps as soon as the database answers again. ``head``: the sweep's first read, done
-        by the caller after its commit; with no class waiting the wake happens (observers see
-        it) at no cost."""
-        self._local.head = head
+        by the caller after its commit (issue 13), handed down to the sweep; with no class
+        waiting the wake happens (observers see it) at no cost."""
         try:
-            return self._wake()
+            return sweep_flow.wake_queued(self.ctx, head)
         except StoreUnavailable:
             self.ctx.count("wake")
             log.warning("wake after %s failed: the database is unreachable; "
@@ -111,8 +106,6 @@ class AfterCommit:
             self.ctx.count("wake")
             log.exception("wake after %s failed; the next event will sweep again", why)
             return None
-        finally:
-            self._local.head = None
 
     # ---- asks ------------------------------------------------------------------------------------
     def push_asks(self, asks: list[Any]) -> None:
@@ -180,18 +173,16 @@ class AfterCommit:
 
         Idempotent: True only for the call that created ``seal.json`` (I6).
         """
-        return self._seal(run_id)[0]
+        return self._seal(run_id).created
 
-    def _seal(
-        self, run_id: str, src: SealSource | None = None, then_head: bool = False
-    ) -> tuple[bool, SweepHead | None]:
+    def _seal(self, run_id: str, src: SealSource | None = None, then_head: bool = False) -> Sealed:
         """:meth:`seal` from ``src`` (None: read it); with ``then_head``, the sweep's first
         read made with the sealed mark, in its round trip (None: not read)."""
         if src is None:
             with self.ctx.store.autocommit() as tx:
                 src = tx.seal_source(run_id)
         if src is None or src.state not in (RunState.PASSED, RunState.FAILED):
-            return False, None
+            return Sealed(False)
         sealed = self.ctx.records.seal(
             run_id,
             contract=src.contract or {},
@@ -203,34 +194,34 @@ class AfterCommit:
         )
         with self.ctx.store.autocommit() as tx:  # one round trip, atomic on its own
             if then_head:
-                return sealed, tx.sweep_head(HEAD_PAGE, sealed=run_id)
+                return Sealed(sealed, tx.sweep_head(HEAD_PAGE, sealed=run_id))
             tx.mark_sealed(run_id)
-        return sealed, None
+        return Sealed(sealed)
 
     def seal_safely(self, run_id: str) -> bool:
         """Seal after a commit, isolated: a failing record is logged and counted, stays
         unsealed in the database (runs.sealed) and is retried at startup and by every reaper
         pass; it never stops other seals or the wake that follows (issue 11 §6)."""
-        return self._seal_safely(run_id)[0]
+        return self._seal_safely(run_id).created
 
     def _seal_reading_head(
         self, run_id: str, src: SealSource | None, then_head: bool
     ) -> SweepHead | None:
         """:meth:`seal_safely`; with ``then_head`` the sweep's first read (None: not read, or
         the seal failed)."""
-        return self._seal_safely(run_id, src, then_head)[1]
+        return self._seal_safely(run_id, src, then_head).head
 
     def _seal_safely(
         self, run_id: str, src: SealSource | None = None, then_head: bool = False
-    ) -> tuple[bool, SweepHead | None]:
+    ) -> Sealed:
         try:
             return self._seal(run_id, src, then_head)
         except StoreUnavailable:
-            return False, None  # the database is gone: the next pass finds it unsealed
+            return Sealed(False)  # the database is gone: the next pass finds it unsealed
         except Exception:
             self.ctx.count("record_seal")
             log.exception("sealing the record of run %s failed; the reaper retries", run_id)
-            return False, None
+            return Sealed(False)
 
     def seal_unsealed(self) -> list[str]:
         """Seal terminal runs left unsealed (a crash between commit and seal, or a failed seal;

@@ -2,8 +2,9 @@
 
 The modules of :mod:`mediator.flows` are functions of a :class:`Context` — the store, the
 configuration, the records folder, the clock, the failure counters and the after-commit object
-(seal, PushAsks, wake). The :class:`~mediator.flows.Mediator` facade builds one and hands it to
-each flow, so every call from one flow into another is a visible import.
+(seal, PushAsks, wake: it calls the sweep itself, so no wake is handed back up). The
+:class:`~mediator.flows.Mediator` facade builds one and hands it to each flow, so every call
+from one flow into another is a visible import.
 """
 
 from __future__ import annotations
@@ -11,20 +12,19 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from mediator.clock import Clock, wall_clock
 from mediator.config import Config
-from mediator.core.match import Advert
-from mediator.core.rows import FleetNode
 from mediator.flows.after import AfterCommit
 from mediator.flows.claimed import ClaimedRuns
 from mediator.records import Records
 from mediator.store.db import Store
 
 if TYPE_CHECKING:
+    from mediator.flows.gaps import Timekeeper
     from mediator.flows.sweep import WakeReport
 
 
@@ -37,7 +37,6 @@ class Context:
         config: Config,
         records: Records,
         clock: Clock | None,
-        wake: Callable[[], WakeReport],
     ) -> None:
         self.store = store
         self.config = config
@@ -60,7 +59,9 @@ class Context:
         # What each claim left, for the result that follows (issue 13): one read less.
         self.claimed = ClaimedRuns()
         # Seal what settled, PushAsks, wake: the one after-commit path of every flow.
-        self.after = AfterCommit(self, wake)
+        self.after = AfterCommit(self)
+        # Stalls and clock jumps given back (docs/design.md §13); None under a virtual clock.
+        self.timekeeper: Timekeeper | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else wall_clock()
@@ -75,12 +76,3 @@ class Context:
             self.failures[what] += 1
         for observer in self.count_observers:
             observer(what)
-
-
-def view(fleet: Iterable[FleetNode]) -> tuple[list[Advert], set[str], set[str]]:
-    """The matcher's view of a fleet read: adverts, busy nodes, draining nodes."""
-    nodes = list(fleet)
-    adverts = [Advert(n.node_id, n.capabilities) for n in nodes]
-    busy = {n.node_id for n in nodes if n.busy}
-    draining = {n.node_id for n in nodes if n.drain}
-    return adverts, busy, draining

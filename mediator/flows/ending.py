@@ -65,6 +65,11 @@ def reap(ctx: Context) -> ReapReport:
     """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
     terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
     report = ReapReport()
+    if ctx.timekeeper is not None:
+        # Time you can trust (docs/design.md §13): a stall that just ended, or a jump of the
+        # database's clock since the last pass, is given back before anything is reaped for it.
+        ctx.timekeeper.settle()
+        ctx.timekeeper.read_clock()
     with ctx.store.autocommit() as tx:
         candidates = tx.expired_lease_runs()
     changes = []

@@ -3,7 +3,7 @@
 The HTTP API, the CLI and the simulator all call :class:`Mediator`; none of them re-implements a
 flow. Each public method delegates to one flow module of this package, handing it the shared
 :class:`~mediator.flows.context.Context`; decisions come from the pure modules (``contract``,
-``match``, ``states``), persistence from ``store.db``, files from ``records``, and everything after
+``match``, ``states``), persistence from the store, files from ``records``, and everything after
 a commit (seal, PushAsks, wake) from :class:`~mediator.flows.after.AfterCommit`. Every
 run-changing transaction follows the locking rule of docs/design.md §9: the run row first, then
 steps, leases, asks.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -22,18 +22,20 @@ from typing import Any
 import mediator.flows.advert as advert_flow
 import mediator.flows.asks as asks_flow
 import mediator.flows.ending as ending_flow
+import mediator.flows.gaps as gaps_flow
 import mediator.flows.reads as reads_flow
 import mediator.flows.steps as steps_flow
 import mediator.flows.submit as submit_flow
 import mediator.flows.sweep as sweep_flow
+from mediator import tmpdirs
 from mediator.clock import Clock
 from mediator.config import Config
 from mediator.core.errors import StoreUnavailable
-from mediator.core.match import Assignment
-from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList, Step
+from mediator.core.rows import Ask, Fleet, Run, RunList, Step
 from mediator.flows.after import AfterCommit
 from mediator.flows.context import Context
 from mediator.flows.ending import ReapReport
+from mediator.flows.gaps import Timekeeper
 from mediator.flows.steps import ReportResult
 from mediator.flows.submit import Submission
 from mediator.flows.sweep import WakeReport
@@ -41,6 +43,8 @@ from mediator.flows.wake import Wake
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
 from mediator.store.db import Store
+
+RECORDS_PREFIX = "mediator-records-"  # then the owner's pid (mediator/tmpdirs.py)
 
 log = logging.getLogger("mediator")
 
@@ -61,10 +65,14 @@ class Mediator:
         self.records = records
         self.clock = clock
         self._embedded = embedded
-        # Every wake calls wake_queued through the instance, so a test can count or break it.
-        self.ctx = Context(store, config, records, clock, wake=lambda: self.wake_queued())
+        self._throwaway_records: str | None = None  # made by connect(), removed by close()
+        self.ctx = Context(store, config, records, clock)
         # Wake 5 on reconnect, and outages given back to nodes (docs/design.md).
         store.on_reconnect.append(self._on_reconnect)
+        # Stalls of this process and jumps of the database's clock given back like outages
+        # (docs/design.md §13). Not under a virtual clock: the simulator's time jumps by design.
+        if clock is None:
+            self.ctx.timekeeper = Timekeeper(self.ctx)
 
     # ---- what callers observe and the tests' seams -----------------------------------------------
     @property
@@ -132,13 +140,17 @@ class Mediator:
                 embedded.stop()
             raise
         root = records_root or config.records_root
+        throwaway = None
         if root is None:
-            root = (
-                tempfile.mkdtemp(prefix="mediator-records-")
-                if embedded is not None and data_dir is None
-                else os.path.join(os.getcwd(), "var", "records")
-            )
+            if embedded is not None and data_dir is None:
+                # A throw-away database's records go with it at close() (issue 29 §4); one left
+                # by a killed process is removed by the next (mediator/tmpdirs.py).
+                tmpdirs.remove_orphans(RECORDS_PREFIX)
+                root = throwaway = tmpdirs.make(RECORDS_PREFIX)
+            else:
+                root = os.path.join(os.getcwd(), "var", "records")
         med = cls(store, config, Records(root), clock, embedded)
+        med._throwaway_records = throwaway
         if startup_wake:
             med.startup()
         return med
@@ -162,23 +174,35 @@ class Mediator:
         refused only because heartbeats could not land. Then one sweep: wake 5."""
         if outage_s > 0:
             try:
-                with self.store.tx() as tx:
-                    tx.shift_expiries(
-                        outage_s,
-                        self.config.advert_ttl_seconds,
-                        self.config.lease_ttl_seconds,
-                    )
+                # A jump of the database's clock during the outage (a host that rebooted) first,
+                # measured in the clock as it was; then the outage, once across the processes
+                # on this database: the gaps table (docs/design.md §13).
+                if self.ctx.timekeeper is not None:
+                    self.ctx.timekeeper.read_clock()
+                gaps_flow.give_back(self.ctx, "outage", outage_s)
             except StoreUnavailable:
                 return  # down again: the watcher calls us once more when it is back
             except Exception:
                 log.exception("giving nodes back an outage of %.1f s failed", outage_s)
         self.ctx.after(wake=Wake.RECONNECT)
 
+    @property
+    def embedded(self) -> EmbeddedPostgres | None:
+        """The embedded cluster this Mediator started, if it started one."""
+        return self._embedded
+
     def close(self) -> None:
+        """Close the pool; stop the embedded cluster this Mediator started, and remove the
+        records folder it made for a throw-away one (nothing of either is left behind)."""
+        if self.ctx.timekeeper is not None:
+            self.ctx.timekeeper.stop()
         self.store.close()
         if self._embedded is not None:
             self._embedded.stop()
             self._embedded = None
+        if self._throwaway_records is not None:
+            shutil.rmtree(self._throwaway_records, ignore_errors=True)
+            self._throwaway_records = None
 
     def __enter__(self) -> Mediator:
         return self
@@ -190,7 +214,8 @@ class Mediator:
     def submit(
         self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
     ) -> Submission:
-        """Submit a run: 201 RUNNING, 202 QUEUED, 200 existing / dry run, 422 FAILED.
+        """Submit a run: its :class:`~mediator.flows.submit.Outcome` — started (RUNNING), queued,
+        existing (R3) or dry run, rejected (FAILED) — and the run as committed.
 
         Raises:
             ContractError: the contract is malformed (400); nothing is written.
@@ -198,19 +223,10 @@ class Mediator:
         return submit_flow.submit(self.ctx, contract, principal, dry_run)
 
     def wake_queued(self) -> WakeReport:
-        """The promotion sweep over the queue, FIFO with skipping (timed for the observers)."""
-        return sweep_flow.wake_queued(self.ctx, self.promote)
-
-    def promote(
-        self,
-        run_id: str,
-        res: Assignment,
-        needs: dict[str, dict[str, Any]],
-        by_id: dict[str, FleetNode],
-    ) -> bool:
-        """Move one run QUEUED → RUNNING in its own transaction (R7, R12); False if it was no
-        longer QUEUED (R8). Raises NodeTaken when a lease conflicts (R9)."""
-        return sweep_flow.promote(self.ctx, run_id, res, needs, by_id)
+        """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
+        Every wake point sweeps through ``AfterCommit``, which calls the sweep itself; this is
+        the sweep on demand (tools, benchmarks, tests)."""
+        return sweep_flow.wake_queued(self.ctx)
 
     # ---- nodes (mediator/flows/advert.py, steps.py) ----------------------------------------------
     def advert(

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from mediator.core import limits
 from mediator.core.errors import ContractError, NotFound
-from mediator.core.match import Reject, match
+from mediator.core.match import TOO_WIDE, Assignment, Reject, match
 from mediator.core.rows import Ask, Fleet, FleetNode, Run, RunList
 from mediator.core.states import RunState
-from mediator.flows.context import view
+from mediator.flows.fleet import view
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -56,6 +56,19 @@ def wait_reason(
         }
     reason = res.as_dict()
     cands = set(reason.get("candidates") or ())
+    if res.code == TOO_WIDE:
+        # Width, exactly (design.md §4): no assignment of the free nodes fits max_width, but
+        # one of every live node does (else submit refused it) — the run waits for the nodes
+        # of that one which are busy or draining now, and the reason names them.
+        able = match(needs, adverts, (), ctx.config.max_width)
+        if isinstance(able, Assignment):
+            cands = set(able.nodes())
+            waits = sorted(cands & (busy | draining))
+            named = ", ".join(waits[:5]) + (f" and {len(waits) - 5} more" if len(waits) > 5 else "")
+            reason["message"] = (
+                f"Within max_width {ctx.config.max_width} the run needs nodes that are busy or "
+                f"draining now ({named}); it waits until they are released."
+            )
     reason["busy"] = sorted(cands & busy)
     reason["draining"] = sorted(cands & draining)
     return reason
@@ -117,9 +130,19 @@ def list_runs(
 
 def list_nodes(ctx: Context) -> Fleet:
     """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
+    tk = ctx.timekeeper
+    if tk is not None:
+        tk.settle()  # a stall that just ended is given back first (docs/design.md §13)
     with ctx.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
+        mono = tk.monotonic() if tk is not None else 0.0  # with a connection: just before it
         observed = tx.observed_at()
         nodes = tx.list_nodes()
+    if tk is not None and tk.observe(observed, mono) > 0:
+        # The database's clock jumped and the jump was given back just now: the fleet does not
+        # look empty for it (docs/design.md §13). Read again.
+        with ctx.store.autocommit() as tx:
+            observed = tx.observed_at()
+            nodes = tx.list_nodes()
     return Fleet(observed, tuple(nodes))
 
 

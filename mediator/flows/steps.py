@@ -38,7 +38,7 @@ from mediator.core.states import (
 )
 from mediator.flows.after import Change
 from mediator.flows.wake import Wake
-from mediator.store.db import Tx
+from mediator.store.tx import Tx
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -56,6 +56,15 @@ class ReportResult:
     rolled: bool
     released: tuple[str, ...]
     step_state: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer of a result and of an answer (docs/design.md §19)."""
+        return {
+            "settled": self.settled,
+            "rolled": self.rolled,
+            "released": list(self.released),
+            "step_state": self.step_state,
+        }
 
 
 def ev(run_id: str, kind: str, node_id: str = "", **data: Any) -> dict[str, Any]:
@@ -330,7 +339,7 @@ def report(
     log = limits.escape_log(log)  # NUL → ␀, lone surrogates → U+FFFD (docs/security.md)
     decision, applied, ended = _apply_result(ctx, run_id, seq, node_id, attempt, outcome, log,
                                              instance)  # fmt: skip
-    if decision.step is not None and not decision.step[2]:
+    if decision.step is not None and not decision.step.ends:
         return ReportResult("", True, (), StepState.PENDING)  # R15: a rollback does not wake
     change = Change(
         run_id, decision.settled, list(applied.released), list(applied.asks), applied.seal

@@ -3,35 +3,47 @@
 A run that can start now is created RUNNING with its leases (CreateRun, :func:`create_run`); one
 that has no room now is created QUEUED holding nothing (R1, R2, R4, :func:`create_queued_run`)
 and sweeps once (R17, wake 8); one that no node could ever serve is created FAILED/rejected
-(R1, :func:`create_rejected_run`). Each is one statement (issue 13); :func:`run_acquires` and
-:func:`lease_rows` are shared with promotion (R12) in :mod:`mediator.flows.sweep`.
+(R1, :func:`create_rejected_run`). Each is one statement (issue 13); what an assignment takes
+(``run_acquires``, ``lease_rows``) is shared with promotion (R12) in :mod:`mediator.flows.fleet`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from mediator.core import capabilities, limits
 from mediator.core import contract as contract_mod
+from mediator.core import limits
 from mediator.core.errors import ContractError, NodeTaken
 from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
 from mediator.core.rows import FleetNode, Run
 from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
-from mediator.flows import reads
+from mediator.flows import gaps, reads
 from mediator.flows.after import Change
-from mediator.flows.context import view
+from mediator.flows.fleet import lease_rows, run_acquires, view
 from mediator.flows.wake import Wake
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
 
 
+class Outcome(StrEnum):
+    """What a submit did (docs/design.md §5). The flows say what happened; a caller that wants a
+    number makes one (the HTTP API: 201, 202, 200, 200, 422 in this order)."""
+
+    STARTED = "started"  # created RUNNING with its leases
+    QUEUED = "queued"  # created QUEUED, holding nothing (R1, R2, R4)
+    EXISTING = "existing"  # the run_id exists: its run, nothing written (R3)
+    DRY_RUN = "dry_run"  # what the match would do now; nothing written
+    REJECTED = "rejected"  # created FAILED/rejected: no node could ever serve it (R1)
+
+
 @dataclass(frozen=True)
 class Submission:
-    """What ``submit`` answers: the HTTP status and the run as committed (or the dry-run body)."""
+    """What ``submit`` answers: its outcome and the run as committed (or the dry-run body)."""
 
-    status: int
+    outcome: Outcome
     run: Run | None
     dry_run: dict[str, Any] | None = None
 
@@ -58,20 +70,11 @@ def _too_wide(res: Assignment | Reject) -> bool:
     return isinstance(res, Reject) and res.code == TOO_WIDE
 
 
-def _chosen(role_needs: dict[str, Any], node: FleetNode) -> dict[str, Any]:
-    """runAcquires' record of what hardware serves a role (FR-3)."""
-    return {
-        "node": node.node_id,
-        "instance": node.instance,
-        "matched": capabilities.matched(role_needs, node.capabilities),
-    }
-
-
 # ---- submit (docs/design.md §5) ------------------------------------------------------------------
 def submit(
     ctx: Context, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
 ) -> Submission:
-    """Submit a run: 201 RUNNING, 202 QUEUED, 200 existing / dry run, 422 FAILED.
+    """Submit a run: started (RUNNING), queued, existing (R3) or dry run, rejected (FAILED).
 
     Raises:
         ContractError: the contract is malformed (400); nothing is written.
@@ -88,18 +91,19 @@ def submit(
     except ContractError:
         existing = reads.read_run(ctx, given) if given is not None else None
         if existing is not None:
-            return Submission(200, existing)
+            return Submission(Outcome.EXISTING, existing)
         raise
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    gaps.settle(ctx)  # a stall that just ended is given back before the fleet is read (§13)
     with ctx.store.autocommit() as tx:
         exists, fleet = tx.submit_read(needs, given)  # only nodes that might serve it
     if exists:
         assert given is not None
         existing = reads.read_run(ctx, given)
         if existing is not None:
-            return Submission(200, existing)
+            return Submission(Outcome.EXISTING, existing)
 
     if dry_run:
         adverts, busy, _ = view(fleet)
@@ -109,7 +113,7 @@ def submit(
             body = {"dry_run": True, "assigned": dict(dry.roles), "width": dry.width}
         else:
             body = {"dry_run": True, "reject": dry.as_dict()}
-        return Submission(200, None, body)
+        return Submission(Outcome.DRY_RUN, None, body)
 
     run_id = parsed.run_id or ctx.new_run_id()
     doc = dict(parsed.doc)
@@ -122,12 +126,13 @@ def submit(
     adverts, busy, draining = view(fleet)
     res: Assignment | Reject | None = match(needs, adverts, busy | draining, max_width)
     if isinstance(res, Reject) and res.code in (ALL_BUSY, TOO_WIDE):
-        # R1, R10 (amended, docs/design.md): TOO_WIDE is refused only if a match that
-        # ignores availability is too wide as well; otherwise freeing nodes can make the
-        # run narrow (folding), so it waits in the queue, its wait_reason TOO_WIDE. And
-        # the converse: a run that is ALL_BUSY now but too wide with every node free could
-        # never be promoted, so it is refused now rather than after nodes free up. Either
-        # way the answer does not depend on which nodes happen to be busy.
+        # R1, R10, design.md §4 "Width, exactly": the matcher's TOO_WIDE is exact — no
+        # assignment of the available nodes fits. The run is refused only if no assignment
+        # of every live node (busy or not) fits either; otherwise it waits in the queue until
+        # the nodes of such an assignment are released, and its wait reason names them. And
+        # the converse: a run that is ALL_BUSY now but fits no assignment of every live node
+        # could never be promoted, so it is refused now rather than after nodes free up.
+        # Either way the answer does not depend on which nodes happen to be busy.
         free = match(needs, adverts, set(), max_width)
         res = free if _too_wide(free) else None
 
@@ -138,30 +143,38 @@ def submit(
             res = None  # R2: the same as ALL_BUSY; the transaction rolled back whole
         else:
             if run is None:
-                return Submission(200, reads.require_run(ctx, run_id))
+                return Submission(Outcome.EXISTING, reads.require_run(ctx, run_id))
             ctx.after.open_record(run_id, doc)
-            return Submission(201, run)
+            return Submission(Outcome.STARTED, run)
+
+    # Time you can trust (docs/design.md §13): never refused for good while a node able to
+    # serve the run expired only inside a recent stall, clock jump or outage — queued instead.
+    waiting = gaps.may_return(ctx, needs) if isinstance(res, Reject) else None
+    if waiting is not None:
+        res = None
 
     if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
         run = create_queued_run(ctx, new)
         if run is None:
-            return Submission(200, reads.require_run(ctx, run_id))
+            return Submission(Outcome.EXISTING, reads.require_run(ctx, run_id))
         ctx.after.open_record(run_id, doc)
+        if waiting is not None:
+            run = replace(run, wait_reason=waiting)
         if ctx.missed_wake_guard:
             # R17 (ours): a release that committed between our fleet read and this insert
             # swept before the row was visible; sweep once more so the run does not wait
-            # beside a free node. The 202 still shows the run as committed.
+            # beside a free node. The answer still shows the run as committed.
             ctx.after(wake=Wake.QUEUED_SUBMIT)
-        return Submission(202, run)
+        return Submission(Outcome.QUEUED, run)
 
-    # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, 422.
+    # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, rejected.
     assert isinstance(res, Reject)  # an Assignment returned above, None was queued
     run = create_rejected_run(ctx, new, res)
     if run is None:
-        return Submission(200, reads.require_run(ctx, run_id))
+        return Submission(Outcome.EXISTING, reads.require_run(ctx, run_id))
     ctx.after.open_record(run_id, doc)
     ctx.after([Change(run_id, settled=RunState.FAILED)])
-    return Submission(422, run)
+    return Submission(Outcome.REJECTED, run)
 
 
 def step_rows(
@@ -186,19 +199,6 @@ def step_rows(
         }
         for s in parsed.steps
     ]
-
-
-def run_acquires(
-    assigned: dict[str, str], needs: dict[str, dict[str, Any]], by_id: dict[str, FleetNode]
-) -> dict[str, dict[str, Any]]:
-    """runAcquires (R12, FR-3): what hardware serves each role, for the steps' ``chosen``."""
-    return {role: _chosen(needs[role], by_id[node]) for role, node in assigned.items()}
-
-
-def lease_rows(assigned: dict[str, str], by_id: dict[str, FleetNode]) -> list[dict[str, str]]:
-    """The leases of an assignment in node_id order (docs/design.md §9), with each node's
-    daemon instance at grant."""
-    return [{"node_id": n, "instance": by_id[n].instance} for n in sorted(set(assigned.values()))]
 
 
 def create_run(ctx: Context, new: _NewRun, res: Assignment, fleet: list[FleetNode]) -> Run | None:
@@ -274,7 +274,7 @@ def create(
         asks = tx.raise_asks(new.run_id) if run is not None else []
     if run is None or not asks:
         return run
-    # The 201 body is the run as committed: the raised steps as raiseAsks left them.
+    # The answer is the run as committed: the raised steps as raiseAsks left them.
     raised = {a.seq: a.raised_at for a in asks}
     steps = tuple(
         replace(s, state=step_transition(s.state, StepState.ASKED), started_at=raised[s.seq])
@@ -288,7 +288,7 @@ def create(
 
 def create_queued_run(ctx: Context, new: _NewRun) -> Run | None:
     """CreateQueuedRun: QUEUED, every step PENDING with node_id '', nothing held (R4, R5).
-    The 202 body is the run exactly as committed."""
+    The answer is the run exactly as committed."""
     events = [{"kind": "submitted", "data": {"state": "QUEUED"}}]
     return create(ctx, new, RunState.QUEUED, StepState.PENDING, events)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,16 +25,20 @@ from mediator.core.match import (
     match,
 )
 from mediator.core.rows import FleetNode, QueuedRun
-from mediator.flows.after import HEAD_PAGE, Change
-from mediator.flows.context import view
-from mediator.flows.submit import lease_rows, run_acquires
+from mediator.flows.fleet import lease_rows, run_acquires, view
+from mediator.store.tx import SweepHead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
 
 log = logging.getLogger("mediator")
 
-_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)  # monotone within a sweep (design.md §4); TOO_WIDE is not
+HEAD_PAGE = 64  # the queue's head a sweep reads first; pages of this size past it
+
+# Monotone within a sweep (design.md §4). TOO_WIDE is too, now that it is exact ("Width,
+# exactly"), but is left out: each run it leaves queued is logged (R10), and the memo holds it
+# until a promotion.
+_CACHEABLE = (ALL_BUSY, NO_CANDIDATE)
 
 
 @dataclass
@@ -50,28 +53,24 @@ class WakeReport:
     errors: int = 0
 
 
-# What promote looks like to the sweep: (run_id, assignment, needs by role, fleet by node id).
-Promote = Callable[[str, Assignment, dict[str, dict[str, Any]], dict[str, FleetNode]], bool]
-
-
 # ---- WakeQueued (docs/design.md §6, R6–R12) ------------------------------------------------------
-def wake_queued(ctx: Context, promote: Promote) -> WakeReport:
+def wake_queued(ctx: Context, first: SweepHead | None = None) -> WakeReport:
     """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
-
-    ``promote`` is the Mediator's :meth:`~mediator.flows.Mediator.promote`, looked up on the
-    facade at each call so a test can wrap it (R7, I5)."""
+    ``first``: the sweep's first read, when the caller made it after its commit (issue 13)."""
     started = time.perf_counter()
-    report = sweep(ctx, promote)
+    report = sweep(ctx, first)
     for observe in ctx.sweep_observers:
         observe(time.perf_counter() - started, report)
     return report
 
 
-def sweep(ctx: Context, promote: Promote) -> WakeReport:
+def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
     """The promotion sweep over the queue, FIFO with skipping.
 
     Safe to call again and concurrently from any number of processes (R9): the conditional
     update (R8) and the lease primary key (I1) decide every race; no hand-made locks.
+    ``first``: the waiting classes, the fleet and the queue's head, read by the caller's seal
+    after its commit (issue 13, ``AfterCommit``); None: the sweep reads them itself.
     """
     ttl = ctx.config.lease_ttl_seconds
     # R11: refuse before anything else rather than issue leases that never expire.
@@ -81,7 +80,6 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
             field="lease_ttl_seconds",
         )
     report = WakeReport()
-    first = ctx.after.take_head()  # issue 13: the caller's seal read it, after its commit
     if first is None:
         with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
             first = tx.sweep_head(HEAD_PAGE)
@@ -146,7 +144,7 @@ def sweep(ctx: Context, promote: Promote) -> WakeReport:
                         report.too_wide.append(q.run_id)
                     break
                 try:
-                    ok = promote(q.run_id, res, needs[q.needs_key], by_id)
+                    ok = promote(ctx, q.run_id, res, needs[q.needs_key], by_id)
                 except NodeTaken:
                     # R9: the taken nodes join unavailable. Which ones: those now busy in
                     # the database; if none shows yet (a competitor not yet committed, or
@@ -207,5 +205,5 @@ def promote(
         )
     if asks is None:
         return False
-    ctx.after([Change(run_id, asks=asks)])
+    ctx.after.push_asks(asks)  # R12: after the commit; a promotion settles nothing, wakes nothing
     return True

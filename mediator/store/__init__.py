@@ -1,1 +1,2 @@
-"""Persistence: the schema, the named queries and the one module that imports psycopg (db.py)."""
+"""Persistence: the schema, the named queries, the query methods (tx.py) and the one module that
+imports psycopg (connector.py)."""

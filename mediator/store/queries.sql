@@ -477,12 +477,14 @@ WHERE ask_id = %(ask_id)s AND NOT closed
 -- /v1/events: rows in (tx, id) order after the stream's place, only from transactions older than
 -- this snapshot's xmin. Every such transaction has ended, so no row can still appear before the
 -- place a stream has reached; ordering by id alone skipped a smaller id that committed later
--- (issue 13 §6, docs/design.md §19 route 14).
-SELECT id, at, run_id, node_id, kind, data, tx::text AS tx
-FROM events
-WHERE (tx, id) > (%(tx)s::text::xid8, %(after)s::bigint)
-  AND tx < pg_snapshot_xmin(pg_current_snapshot())
-ORDER BY tx, id
+-- (issue 13 §6, docs/design.md §19 route 14). The order is xid8's, a number: the column is
+-- named `e.tx` in ORDER BY because a bare `tx` there means the output column, the text the place
+-- is sent in, and text puts 10000 before 9999 (issue 24: pages out of order, events skipped).
+SELECT e.id, e.at, e.run_id, e.node_id, e.kind, e.data, e.tx::text AS place_tx
+FROM events AS e
+WHERE (e.tx, e.id) > (%(tx)s::text::xid8, %(after)s::bigint)
+  AND e.tx < pg_snapshot_xmin(pg_current_snapshot())
+ORDER BY e.tx, e.id
 LIMIT %(limit)s
 
 -- last_event_id --
@@ -531,23 +533,6 @@ FROM runs r WHERE r.run_id = %(run_id)s
 -- Terminal runs whose record is not sealed yet (/healthz, /metrics): record work that failed
 -- after its commit and waits for the next reaper pass (issue 11 §5). Uses runs_unsealed.
 SELECT count(*) AS n FROM runs WHERE state IN ('PASSED', 'FAILED') AND NOT sealed
-
--- outage_shift_nodes --
--- Outages don't count against nodes (docs/design.md): after the Mediator could not reach its
--- database for %(secs)s seconds, every advert that was live when the outage began gets that
--- time back, capped at one full TTL from now so that a shift applied twice (two Mediator
--- processes, each reconnecting) never gives a node more than a fresh advert would.
-UPDATE nodes
-SET expires_at = least(expires_at + make_interval(secs => %(secs)s),
-                       mediator_now(%(now)s) + make_interval(secs => %(advert_ttl)s))
-WHERE expires_at > mediator_now(%(now)s) - make_interval(secs => %(secs)s)
-
--- outage_shift_leases --
--- The same for leases: a node whose heartbeats could not land is not reaped for it.
-UPDATE leases
-SET not_after = least(not_after + make_interval(secs => %(secs)s),
-                      mediator_now(%(now)s) + make_interval(secs => %(lease_ttl)s))
-WHERE not_after > mediator_now(%(now)s) - make_interval(secs => %(secs)s)
 
 -- active_runs --
 -- Runs not yet terminal, for the startup check that every record was opened (issue 11 §5).
@@ -833,3 +818,63 @@ LEFT JOIN LATERAL (SELECT tx, id FROM events
 -- Runs in every state, for /metrics' mediator_runs gauge only (scraped, not polled by the panel):
 -- the terminal states have no index of their own, so this reads every run.
 SELECT state, count(*) AS n FROM runs GROUP BY state
+
+-- gap_lock --
+-- Time you can trust (docs/design.md §13): one give-back at a time across every Mediator process
+-- on this database, so two that notice the same gap cannot both read "not given back yet".
+-- Transaction-scoped: released at commit.
+SELECT pg_advisory_xact_lock(%(key)s)
+
+-- give_back --
+-- Give adverts and leases back a gap of %(secs)s seconds that ended now (a stall, an outage) or
+-- spans [%(began)s, %(ended)s] (a jump of the database's clock), less what the gaps of its family
+-- recorded over an overlapping interval gave back already; nothing below %(minimum)s seconds.
+-- Families: jumps (one step of the clock, seen by several processes), and stalls with outages
+-- (real time in which heartbeats could not land: a frozen host is often both). Shifted as an
+-- outage always was: what was live when the gap began gets the time back, capped at one TTL from
+-- now (so a gap given twice never gives a node more than a fresh advert would). The gap is
+-- recorded with what it gave; rows older than a day are dropped. Runs under gap_lock; returns the seconds given back (no row: nothing).
+WITH span AS (
+    SELECT coalesce(%(began)s::timestamptz,
+                    mediator_now(%(now)s) - make_interval(secs => %(secs)s::float8)) AS began_at,
+           coalesce(%(ended)s::timestamptz, mediator_now(%(now)s)) AS ended_at
+), rest AS (
+    SELECT s.began_at, s.ended_at,
+           %(secs)s::float8 - coalesce((SELECT sum(g.seconds) FROM gaps g
+                                        WHERE g.kind = ANY(%(family)s)
+                                          AND g.began_at < s.ended_at
+                                          AND g.ended_at > s.began_at), 0) AS secs
+    FROM span s
+), due AS (
+    SELECT * FROM rest WHERE secs >= %(minimum)s::float8 AND secs > 0
+), shifted_nodes AS (
+    UPDATE nodes
+    SET expires_at = least(expires_at + make_interval(secs => due.secs),
+                           mediator_now(%(now)s) + make_interval(secs => %(advert_ttl)s::float8))
+    FROM due
+    WHERE expires_at > mediator_now(%(now)s) - make_interval(secs => due.secs)
+    RETURNING 1
+), shifted_leases AS (
+    UPDATE leases
+    SET not_after = least(not_after + make_interval(secs => due.secs),
+                          mediator_now(%(now)s) + make_interval(secs => %(lease_ttl)s::float8))
+    FROM due
+    WHERE not_after > mediator_now(%(now)s) - make_interval(secs => due.secs)
+    RETURNING 1
+), pruned AS (
+    DELETE FROM gaps WHERE ended_at < mediator_now(%(now)s) - interval '1 day'
+)
+INSERT INTO gaps (kind, began_at, ended_at, seconds, noticed_at)
+SELECT %(kind)s, began_at, ended_at, secs, mediator_now(%(now)s) FROM due
+RETURNING seconds
+
+-- gap_fleet --
+-- Submit's last look before refusing a run for good (docs/design.md §13): within %(grace)s
+-- seconds after a gap ended, the nodes that were live when it began — live now, or expired
+-- since, perhaps only because of the gap. None when no gap ended that recently.
+SELECT n.node_id, n.capabilities, n.expires_at <= mediator_now(%(now)s) AS expired
+FROM nodes n
+WHERE n.expires_at >= (SELECT min(g.began_at) FROM gaps g
+                       WHERE g.ended_at > mediator_now(%(now)s)
+                                          - make_interval(secs => %(grace)s::float8))
+ORDER BY n.node_id

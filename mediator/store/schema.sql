@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (5);
+INSERT INTO schema_version VALUES (6);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -107,6 +107,22 @@ CREATE TABLE leases (
 );
 CREATE INDEX leases_run ON leases (run_id);
 CREATE INDEX leases_expiry ON leases (not_after);
+
+-- Time you can trust (docs/design.md §13): every stall of a Mediator process, forward jump of the
+-- database's clock and database outage that was given back to adverts and leases, as an interval
+-- of database time. A Mediator process that notices a gap gives back only what the gaps already
+-- recorded over an overlapping interval did not, so a gap that several processes notice (the
+-- workers of one `mediator serve`, the reaper) is given back once. Recent rows also let a submit
+-- queue a run instead of refusing it while a node able to serve it expired inside a gap.
+CREATE TABLE gaps (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind       text NOT NULL CHECK (kind IN ('stall', 'jump', 'outage')),
+    began_at   timestamptz NOT NULL,
+    ended_at   timestamptz NOT NULL,
+    seconds    float8 NOT NULL,                  -- what was given back
+    noticed_at timestamptz NOT NULL
+);
+CREATE INDEX gaps_ended ON gaps (ended_at);
 
 CREATE TABLE asks (
     ask_id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -292,6 +292,44 @@ def test_roles_nodes_cannot_submit_and_clients_cannot_advertise(authed):
     assert node(authed, "N9", headers=bearer("tc1-0123456789abcdef")).status_code == 403
 
 
+def test_the_caller_is_checked_before_the_request_is_read(authed):
+    """docs/security.md: who calls and with which role is a dependency of the route
+    (mediator/api/deps.py), resolved before the body and parameters are validated — a caller
+    without a valid token learns nothing about what the route would accept."""
+    junk = {"node_id": 5, "capabilities": []}
+    assert authed.post("/v1/nodes", json=junk).status_code == 401
+    assert (
+        authed.post("/v1/nodes", json=junk, headers=bearer("tc1-0123456789abcdef")).status_code
+        == 403
+    )
+    assert (
+        authed.post("/v1/nodes", json=junk, headers=bearer("tn1-0123456789abcdef")).status_code
+        == 400
+    )
+    assert authed.get("/v1/runs?limit=0").status_code == 401
+    assert authed.get("/v1/runs?limit=0", headers=bearer("tc1-0123456789abcdef")).status_code == 400
+
+
+def test_a_router_is_an_app_of_its_own(med):
+    """issue 26 §2: routes live in routers (mediator/api/routes), what they depend on in
+    mediator/api/deps.py: one router serves alone, without the factory."""
+    from fastapi import FastAPI
+
+    from mediator.api.routes import runs
+    from tests.db.conftest import advert
+
+    app = FastAPI()
+    app.state.med, app.state.tokens = med, Tokens(None)
+    app.include_router(runs.router)
+    advert(med, "X")
+    with TestClient(app) as alone:
+        assert alone.post("/v1/runs", json=contract("a")).status_code == 201
+        assert alone.post("/v1/runs", json=contract("b")).status_code == 202
+        assert alone.post("/v1/runs", json=contract("a")).status_code == 200
+        assert alone.get("/v1/runs/b").json()["queue_position"] == 1
+        assert alone.get("/v1/asks").status_code == 404  # not this router's
+
+
 # ---- events, metrics, health ----
 
 
@@ -331,7 +369,7 @@ def test_healthz(client):
 
 def _count_statements(monkeypatch):
     """Count the named statements the store runs (a spy on Tx._rows, which every query passes)."""
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     seen: list[str] = []
     real = Tx._rows
@@ -486,3 +524,17 @@ def test_a_record_file_name_the_file_system_refuses_is_404_or_400_never_500(clie
     assert (r.status_code, r.json()["error"]["code"]) == (404, "no_such_file")
     r = client.get("/v1/runs/a/record/" + "x" * 1025)
     assert (r.status_code, r.json()["error"]["field"]) == (400, "file")
+
+
+def test_an_integer_beyond_64_bits_is_answered_exactly(client):
+    """The routes answer with orjson (mediator/api/responses.py), which writes no integer beyond
+    64 bits; JSON has no such limit and jsonb keeps it, so such a value is written by json."""
+    big = 2**70 + 1
+    assert node(client, "X", board="x", serial=big).status_code == 200
+    answer = client.get("/v1/nodes")
+    assert answer.status_code == 200 and f'"serial":{big}' in answer.text
+    assert answer.json()["nodes"][0]["capabilities"]["serial"] == big
+    doc = contract("big")
+    doc["steps"][0]["with"]["n"] = big  # a submit answered 500 here: orjson refused the 201 body
+    submitted = client.post("/v1/runs", json=doc)
+    assert submitted.status_code == 201 and submitted.json()["steps"][0]["with"]["n"] == big

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from mediator import Config, Mediator
+from mediator import Outcome as Submitted
 from mediator.api.auth import Tokens
 from mediator.client import Client
 from mediator.enode.actions import BUILTINS, Outcome, Retry
@@ -137,7 +138,7 @@ def test_a_tick_adverts_polls_claims_runs_and_reports(node, med, wire, url):
     )  # fmt: skip
 
     sub = med.submit(contract({"name": "hello", "uses": "shell", "with": {"cmd": "echo hi"}}))
-    assert sub.status == 201
+    assert sub.outcome == Submitted.STARTED
     run_id = sub.run.run_id
 
     assert node.tick() is True

@@ -1,6 +1,7 @@
 """The run lifecycle on the real database (docs/design.md §8–7.7; seed 000 R13–R16, §5; I2, I4, I6).
 
-Wake points are observed by counting calls of ``wake_queued`` on the Mediator under test.
+Wake points are observed by counting the sweeps the Mediator under test reports to its sweep
+observers (every wake point's ``AfterCommit`` sweeps once and tells them).
 """
 
 from __future__ import annotations
@@ -11,20 +12,14 @@ from datetime import timedelta
 
 import pytest
 
-from mediator import Config, Conflict, Forbidden, Mediator
+from mediator import Config, Conflict, Forbidden, Mediator, Outcome
 from tests.db.conftest import EPOCH, advert, contract
 
 
 @pytest.fixture
-def wakes(med, monkeypatch):
+def wakes(med):
     calls = []
-    original = med.wake_queued
-
-    def counting():
-        calls.append(1)
-        return original()
-
-    monkeypatch.setattr(med, "wake_queued", counting)
+    med.sweep_observers.append(lambda seconds, report: calls.append(1))
     return calls
 
 
@@ -555,13 +550,15 @@ def test_one_unsealable_record_stops_neither_other_seals_nor_the_reapers_wake(me
     isolated (logged, counted, retried) and the wake after a release always runs."""
     root = med.records.root
     (root / "a-bad").write_text("not a folder")
-    assert med.submit(contract("a-bad", dut={"board": "none"})).status == 422  # unsealable
+    assert (
+        med.submit(contract("a-bad", dut={"board": "none"})).outcome == Outcome.REJECTED
+    )  # unsealable
     (root / "z-ok").write_text("not a folder yet")
-    assert med.submit(contract("z-ok", dut={"board": "none"})).status == 422
+    assert med.submit(contract("z-ok", dut={"board": "none"})).outcome == Outcome.REJECTED
     (root / "z-ok").unlink()  # this one is fixed before the pass
     advert(med, "X")
     med.submit(contract("holder"))
-    assert med.submit(contract("b")).status == 202
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
     sql(med, "UPDATE leases SET not_after = mediator_now() - interval '1 second'")  # expired
     report = med.reap()
     assert report.lost == ["holder"] and report.woke

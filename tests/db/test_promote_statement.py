@@ -14,20 +14,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mediator import Mediator
+from mediator import Mediator, Outcome
 from mediator.core.errors import NodeTaken
 from mediator.core.progress import due_asks
 from mediator.core.states import StepState
-from mediator.store.db import Tx
+from mediator.store.tx import Tx
 from tests.db.conftest import advert, contract
 
 
 def queued(med: Mediator, run_id: str, doc: dict | None = None) -> None:
     """``run_id`` QUEUED behind a holder of X."""
     advert(med, "X")
-    assert med.submit(contract("holder")).status == 201
+    assert med.submit(contract("holder")).outcome == Outcome.STARTED
     sub = med.submit(doc or contract(run_id))
-    assert sub.status == 202, sub
+    assert sub.outcome == Outcome.QUEUED, sub
 
 
 def promote(med: Mediator, run_id: str, node: str = "X", instance: str = "i1") -> list | None:
@@ -97,7 +97,7 @@ def test_a_submit_with_ask_steps_goes_through_create_run_and_raises_its_asks(med
     doc = contract("a")
     doc["steps"].append({"name": "go?", "kind": "ask", "ask": "Start?"})
     sub = med.submit(doc)
-    assert sub.status == 201
+    assert sub.outcome == Outcome.STARTED
     assert [s.state for s in sub.run.steps] == ["PENDING", "ASKED"]
     assert sub.run.steps == med.get_run("a").steps
     assert [(a.run_id, a.seq) for a in med.asks()] == [("a", 1)]
@@ -110,11 +110,12 @@ def test_a_sweep_pages_past_a_full_head_to_a_run_that_can_go(med, monkeypatch):
     # that can, in FIFO order, and promotes the run waiting behind them.
     advert(med, "X", board="x")
     advert(med, "Y", board="y")
-    assert med.submit(contract("hold-x", dut={"board": "x"})).status == 201
-    assert med.submit(contract("hold-y", dut={"board": "y"})).status == 201
+    assert med.submit(contract("hold-x", dut={"board": "x"})).outcome == Outcome.STARTED
+    assert med.submit(contract("hold-y", dut={"board": "y"})).outcome == Outcome.STARTED
     for i in range(70):  # more than a page: none can move while X is held
-        assert med.submit(contract(f"x{i:02d}", dut={"board": "x"})).status == 202
-    assert med.submit(contract("y-late", dut={"board": "y"})).status == 202  # sorts after x..
+        assert med.submit(contract(f"x{i:02d}", dut={"board": "x"})).outcome == Outcome.QUEUED
+    late = med.submit(contract("y-late", dut={"board": "y"}))  # sorts after x..
+    assert late.outcome == Outcome.QUEUED
     with med.store.autocommit() as tx:  # Y's holder ends outside the flows: no wake
         tx.conn.execute("DELETE FROM leases WHERE run_id = 'hold-y'")
         tx.conn.execute(
@@ -168,9 +169,9 @@ def test_a_promotion_raises_the_asks_a_submit_raises_for_the_same_contract(med, 
         return {"run_id": run_id, "roles": {"dut": {"board": board}}, "steps": steps}
 
     direct = med.submit(doc(f"{tag}-direct"))
-    assert direct.status == 201, direct
+    assert direct.outcome == Outcome.STARTED, direct
     waiting = med.submit(doc(f"{tag}-queued"))
-    assert waiting.status == 202, waiting
+    assert waiting.outcome == Outcome.QUEUED, waiting
     med.cancel(f"{tag}-direct")  # frees the node: the wake promotes the queued run
     promoted = med.get_run(f"{tag}-queued")
     assert promoted.state == "RUNNING"

@@ -9,6 +9,7 @@ import shutil
 
 import httpx
 
+from mediator import Outcome
 from tests.db.conftest import contract
 
 
@@ -76,7 +77,7 @@ def test_a_record_left_unopened_by_an_earlier_process_is_opened_at_startup(dsn, 
     advert(first, "X")
     first.submit(contract("a"))
     (root / "q").write_text("in the way")  # q's record cannot be opened
-    assert first.submit(contract("q")).status == 202
+    assert first.submit(contract("q")).outcome == Outcome.QUEUED
     assert first.record_backlog()["unopened"] == 1
     first.close()
     (root / "q").unlink()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mediator import Conflict, Mediator
+from mediator import Conflict, Mediator, Outcome
 from mediator.core.progress import decide_result
 from mediator.core.rows import ResultSource
 from tests.db.conftest import advert, contract
@@ -23,7 +23,7 @@ from tests.db.conftest import advert, contract
 def two_role_run(med: Mediator, run_id: str) -> dict[str, int]:
     """A run with one step on X and one on Y, both CLAIMED: {node: attempt}."""
     sub = med.submit(contract(run_id, dut={"board": "x"}, aux={"board": "y"}))
-    assert sub.status == 201, sub
+    assert sub.outcome == Outcome.STARTED, sub
     attempts = {}
     for node in ("X", "Y"):
         (s,) = [w for w in med.work(node) if w.run_id == run_id]
@@ -168,7 +168,7 @@ def test_a_drain_advert_between_a_result_s_read_and_its_write_makes_it_decide_ag
     advert(med, "X", board="x")
     advert(med, "Y", board="y")
     sub = med.submit(contract("d", dut={"board": "x"}, aux={"board": "y"}))
-    assert sub.status == 201
+    assert sub.outcome == Outcome.STARTED
     (sx,) = med.work("X")
     med.claim("d", sx.seq, "X", "i1")
     with med.store.autocommit() as tx:
@@ -193,7 +193,7 @@ def test_a_result_that_keeps_losing_races_takes_the_run_lock_and_completes(med, 
     # real write to the run from another connection (as a claim of another step would), so the
     # first three writes match nothing; the fourth try takes the run row first (docs/design.md
     # §9), reads under that lock and cannot lose. The result is recorded exactly once.
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     advert(med, "X", board="x")
     advert(med, "Y", board="y")
@@ -260,7 +260,7 @@ def test_the_record_sealed_from_the_result_s_own_write_is_the_one_a_read_would_g
 
 def statements(med: Mediator, monkeypatch: Any) -> list[str]:
     """The named statements the Mediator sends from now on, in order."""
-    from mediator.store.db import Tx
+    from mediator.store.tx import Tx
 
     sent: list[str] = []
     rows = Tx._rows
@@ -400,7 +400,7 @@ def test_a_claims_snapshot_is_exactly_what_a_fresh_read_returns(med):
     doc["steps"][1]["after"] = ["dut-0"]
     doc["steps"][1]["with"] = {"cmd": "make", "args": ["-j", 2**70], "env": {"K": None}}
     doc["steps"].append({"name": "check", "kind": "ask", "ask": "Looks right?", "after": ["dut-1"]})
-    assert med.submit(doc).status == 201
+    assert med.submit(doc).outcome == Outcome.STARTED
     _claims_snapshot_and_a_fresh_read(med, "shapes", "X")  # dut-0; dut-1 waits on it
     med.report("shapes", 0, "X", 1, "pass", instance="i1")
     _claims_snapshot_and_a_fresh_read(med, "shapes", "Y")  # aux-0

@@ -21,9 +21,9 @@ from typing import Any
 import pg8000.native
 import pytest
 
-from mediator import Config, Mediator
+from mediator import Config, Mediator, Outcome
 from mediator.pg import EmbeddedPostgres
-from mediator.store.db import admin_execute, load_schema
+from mediator.store.connector import admin_execute, load_schema
 from tests.db.conftest import ManualClock, advert, contract
 
 
@@ -152,7 +152,7 @@ def test_a_one_step_run_costs_at_most_its_bound_in_statements(
     advert(med, "x")
     tally("steady heartbeat", lambda: advert(med, "x"))
     sub = tally("submit (free node) → 201", lambda: med.submit(contract()))
-    assert sub.status == 201
+    assert sub.outcome == Outcome.STARTED
     run_id = sub.run.run_id
     (step,) = tally("work", lambda: med.work("x"))
     claimed = tally("claim", lambda: med.claim(run_id, step.seq, "x", "i1"))
@@ -166,7 +166,7 @@ def test_a_one_step_run_costs_at_most_its_bound_in_statements(
         "submit with its own run_id (free node) → 201",
         lambda: med.submit(contract("named")),
     )
-    assert named.status == 201
+    assert named.outcome == Outcome.STARTED
     life = ("submit (free node) → 201", "work", "claim", "result (last step → settle → seal)")
     tally.seen["one-step run"] = sum(tally.seen[f] for f in life)
     tally.detail["one-step run"] = sum((tally.detail[f] for f in life), Counter())
@@ -183,7 +183,7 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     advert(med, "y")
     first = med.submit(contract())
     queued = tally("submit (node busy) → 202", lambda: med.submit(contract()))
-    assert (first.status, queued.status) == (201, 202)
+    assert (first.outcome, queued.outcome) == (Outcome.STARTED, Outcome.QUEUED)
     report = tally("sweep, one run queued, nothing free", med.wake_queued)
     assert report.promoted == []
     (step,) = med.work("y")
@@ -197,7 +197,7 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     # The holder's end is written by SQL, outside the count and without a wake, so the sweep
     # below is the whole of the promotion.
     waiting = med.submit(contract())
-    assert waiting.status == 202
+    assert waiting.outcome == Outcome.QUEUED
     with med.store.pool.connection() as conn:
         conn.execute("DELETE FROM leases WHERE run_id = %s", (queued.run.run_id,))
         conn.execute(
@@ -207,3 +207,31 @@ def test_the_queue_paths_cost_at_most_their_bounds_in_statements(
     report = tally("sweep promoting one queued run", med.wake_queued)
     assert report.promoted == [waiting.run.run_id]
     tally.check()
+
+
+def test_time_you_can_trust_adds_no_statement_to_the_hot_paths(
+    counted: tuple[Mediator, Meter, ManualClock],
+) -> None:
+    """docs/design.md §13: with the Timekeeper on (as in production; here on a steady clock that
+    keeps pace with the virtual one, its ticker ticking on time), a steady heartbeat, a 201 and
+    a 202 submit cost what they cost without it: a heartbeat's reading of the database's clock
+    is its upsert's answer, and a submit asks the ticker, not the database."""
+    from mediator.flows.gaps import Timekeeper
+
+    med, meter, clock = counted
+    tk = Timekeeper(med.ctx, lambda: clock.now.timestamp(), ticker=False)
+    med.ctx.timekeeper = tk
+
+    def counted_call(call: Callable[[], Any]) -> tuple[Any, int]:
+        clock.advance(1)
+        tk.tick()
+        out, stmts = meter.count(call)
+        return out, sum(stmts.values())
+
+    advert(med, "x")
+    assert counted_call(lambda: advert(med, "x"))[1] == BOUND["steady heartbeat"]
+    sub, n = counted_call(lambda: med.submit(contract()))
+    assert (sub.outcome, n) == (Outcome.STARTED, BOUND["submit (free node) → 201"])
+    sub, n = counted_call(lambda: med.submit(contract()))
+    assert sub.outcome == Outcome.QUEUED and n <= BOUND["submit (node busy) → 202"]
+    assert list(tk.noticed) == []

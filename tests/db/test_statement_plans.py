@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from mediator import Mediator
+from mediator import Mediator, Outcome
 from mediator.store import db
 from mediator.store.queries import QUERIES
 from tests.db.conftest import ManualClock, contract
@@ -99,8 +99,8 @@ def life(med: Mediator, clock: ManualClock, tag: str) -> None:
     the first's result frees the node; both pass. The first result decides from its claim's
     snapshot, the second reads (issue 13)."""
     med.advert("X", {"board": "x"}, "i1", label="X")
-    assert med.submit(contract(f"{tag}-a")).status == 201
-    assert med.submit(contract(f"{tag}-b")).status == 202
+    assert med.submit(contract(f"{tag}-a")).outcome == Outcome.STARTED
+    assert med.submit(contract(f"{tag}-b")).outcome == Outcome.QUEUED
     for run_id in (f"{tag}-a", f"{tag}-b"):
         clock.advance(1)
         (step,) = med.work("X")

@@ -16,10 +16,10 @@ import psycopg
 import pytest
 from psycopg.rows import class_row, dict_row
 
-from mediator import Conflict, Mediator
+from mediator import Conflict, Mediator, Outcome
 from mediator.core.errors import MediatorError
 from mediator.core.rows import Step
-from mediator.store import db
+from mediator.store import connector
 from mediator.store.queries import QUERIES
 from tests.db.conftest import advert, contract
 
@@ -29,7 +29,7 @@ def kept_cursors() -> dict[str, psycopg.Cursor[Any]]:
     return {
         name: cur
         for conn in gc.get_objects()
-        if isinstance(conn, db._Connection)
+        if isinstance(conn, connector._Connection)
         for (name, _shape), cur in conn.statement_cursors.items()
     }
 
@@ -60,7 +60,7 @@ def test_no_kept_cursor_holds_a_result_after_its_rows_are_read(med):
     advert(med, "X")
     doc = contract("big")
     doc["steps"][0]["with"] = {"blob": ["x" * 9_000] * 100}
-    assert med.submit(doc).status == 201
+    assert med.submit(doc).outcome == Outcome.STARTED
     (step,) = med.work("X")
     claimed = med.claim("big", step.seq, "X", "i1")
     assert kept_results() == []

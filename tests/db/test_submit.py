@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from mediator import ContractError, Mediator, NotFound
+from mediator import ContractError, Mediator, NotFound, Outcome
 from tests.db.conftest import advert, contract
 
 
@@ -18,11 +18,11 @@ def count(med, table):
 def test_r1_all_busy_is_202_queued_and_no_candidate_is_422_failed(med):
     """R1: only 'candidates exist but all busy' waits; a need no node has fails at once."""
     advert(med, "X")
-    assert med.submit(contract("a")).status == 201
+    assert med.submit(contract("a")).outcome == Outcome.STARTED
     b = med.submit(contract("b"))
-    assert (b.status, b.run.state, b.run.verdict) == (202, "QUEUED", None)
+    assert (b.outcome, b.run.state, b.run.verdict) == (Outcome.QUEUED, "QUEUED", None)
     c = med.submit(contract("c", dut={"board": "no-such-board"}))
-    assert (c.status, c.run.state, c.run.verdict) == (422, "FAILED", "rejected")
+    assert (c.outcome, c.run.state, c.run.verdict) == (Outcome.REJECTED, "FAILED", "rejected")
     assert c.run.reject["code"] == "NO_CANDIDATE" and c.run.reject["role"] == "dut"
     assert med.get_run("c").state == "FAILED"  # 422 stays FAILED
 
@@ -35,7 +35,11 @@ def test_r1_width_cap_at_submit_is_422(dsn, clock, tmp_path):
         advert(med, "N1", board="x")
         advert(med, "N2", scope=True)
         sub = med.submit(contract("wide", dut={"board": "x"}, bench={"scope": True}))
-        assert (sub.status, sub.run.reject["code"], sub.run.reject["width"]) == (422, "TOO_WIDE", 2)
+        assert (sub.outcome, sub.run.reject["code"], sub.run.reject["width"]) == (
+            Outcome.REJECTED,
+            "TOO_WIDE",
+            2,
+        )
 
 
 def test_202_body_has_neither_assigned_nor_reject(med):
@@ -60,7 +64,7 @@ def test_r2_node_taken_at_create_takes_the_queue_path(dsn, med, clock, tmp_path)
         sub = med.submit(contract("victim"))
     finally:
         other.close()
-    assert (sub.status, sub.run.state) == (202, "QUEUED")
+    assert (sub.outcome, sub.run.state) == (Outcome.QUEUED, "QUEUED")
     with med.store.autocommit() as tx:
         assert tx.busy_nodes() == {"X"}
         assert [r.node_id for r in tx.run_leases("thief")] == ["X"]
@@ -73,7 +77,7 @@ def test_r3_resubmitting_a_queued_run_is_200_with_the_stored_run(med):
     med.submit(contract("a"))
     first = med.submit(contract("b"))
     again = med.submit(contract("b", dut={"board": "changed"}))  # not even re-validated
-    assert (first.status, again.status) == (202, 200)
+    assert (first.outcome, again.outcome) == (Outcome.QUEUED, Outcome.EXISTING)
     assert again.run.state == "QUEUED" and again.run.run_id == "b"
     assert count(med, "runs") == 2
 
@@ -83,12 +87,16 @@ def test_r3_an_existing_run_is_answered_even_when_the_contract_sent_again_does_n
     resubmission that would be a 400 on its own is still the existing run, 200, and writes
     nothing — a dry run too. An unknown run_id with the same contract is the 400 it always was."""
     advert(med, "X")
-    assert med.submit(contract("a")).status == 201
+    assert med.submit(contract("a")).outcome == Outcome.STARTED
     broken = {"run_id": "a", "roles": "not an object", "steps": []}
     again = med.submit(broken)
-    assert again.status == 200 and again.run.run_id == "a" and again.run.state == "RUNNING"
+    assert (
+        again.outcome == Outcome.EXISTING
+        and again.run.run_id == "a"
+        and again.run.state == "RUNNING"
+    )
     dry = med.submit(broken, dry_run=True)
-    assert dry.status == 200 and dry.run.run_id == "a"
+    assert dry.outcome == Outcome.EXISTING and dry.run.run_id == "a"
     with pytest.raises(ContractError):
         med.submit({**broken, "run_id": "unknown"})
     assert count(med, "runs") == 1
@@ -96,10 +104,10 @@ def test_r3_an_existing_run_is_answered_even_when_the_contract_sent_again_does_n
 
 def test_r3_resubmitting_is_200_whatever_the_state(med):
     advert(med, "X")
-    assert med.submit(contract("a")).status == 201
-    assert med.submit(contract("a")).status == 200
-    assert med.submit(contract("r", dut={"board": "none"})).status == 422
-    assert med.submit(contract("r", dut={"board": "none"})).status == 200
+    assert med.submit(contract("a")).outcome == Outcome.STARTED
+    assert med.submit(contract("a")).outcome == Outcome.EXISTING
+    assert med.submit(contract("r", dut={"board": "none"})).outcome == Outcome.REJECTED
+    assert med.submit(contract("r", dut={"board": "none"})).outcome == Outcome.EXISTING
 
 
 def test_r3_the_same_run_submitted_twice_at_once_is_one_row_and_one_200(dsn, clock, tmp_path):
@@ -114,14 +122,14 @@ def test_r3_the_same_run_submitted_twice_at_once_is_one_row_and_one_200(dsn, clo
 
         def go(m):
             barrier.wait(timeout=10)
-            statuses.append(m.submit(contract("dup")).status)
+            statuses.append(m.submit(contract("dup")).outcome)
 
         threads = [threading.Thread(target=go, args=(m,)) for m in meds]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=30)
-        assert sorted(statuses) == [200, 200, 200, 202]
+        assert sorted(statuses) == [Outcome.EXISTING] * 3 + [Outcome.QUEUED]
         assert count(meds[0], "runs WHERE run_id = 'dup'") == 1
         assert count(meds[0], "steps WHERE run_id = 'dup'") == 1
     finally:
@@ -163,7 +171,7 @@ def test_dry_run_creates_nothing_and_ignores_drain(med):
     before = med.submit(contract("d"), dry_run=True)
     med.advert("X", {"board": "x"}, "i1", drain="graceful")
     after = med.submit(contract("d"), dry_run=True)
-    assert before.status == after.status == 200
+    assert before.outcome == after.outcome == Outcome.DRY_RUN
     assert before.body() == after.body() == {"dry_run": True, "assigned": {"dut": "X"}, "width": 1}
     assert count(med, "runs") == 0
     assert med.submit(contract("z", dut={"board": "q"}), dry_run=True).body()["reject"]["code"] == (
@@ -189,7 +197,7 @@ def test_unknown_run_is_not_found_plainly(med):
 def test_rejected_run_record_is_opened_and_sealed(med):
     """design.md §7: 422 → FAILED; its record is opened and sealed at once (design.md §5)."""
     sub = med.submit(contract("r", dut={"board": "none"}))
-    assert sub.status == 422
+    assert sub.outcome == Outcome.REJECTED
     check = med.records.verify("r")
     assert check.ok and check.sealed
     assert med.get_run("r").steps[0].state == "SKIPPED"
@@ -217,9 +225,11 @@ def test_too_wide_only_because_a_node_is_busy_is_queued_with_wait_reason_too_wid
 
     with Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path)) as med:
         wide = _f_p_q(med)
-        assert med.submit(contract("busy-f", a={"p": True}, b={"q": True})).status == 201
+        assert (
+            med.submit(contract("busy-f", a={"p": True}, b={"q": True})).outcome == Outcome.STARTED
+        )
         sub = med.submit(wide)
-        assert (sub.status, sub.run.state, sub.run.verdict) == (202, "QUEUED", None)
+        assert (sub.outcome, sub.run.state, sub.run.verdict) == (Outcome.QUEUED, "QUEUED", None)
         assert med.get_run("w").wait_reason["code"] == "TOO_WIDE"
         for s in med.get_run("busy-f").steps:
             c = med.claim("busy-f", s.seq, "F")
@@ -237,10 +247,12 @@ def test_too_wide_even_with_every_node_free_is_still_422(dsn, clock, tmp_path):
     with Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path)) as med:
         med.advert("P", {"p": True}, "i")
         med.advert("Q", {"q": True}, "i")
-        assert med.submit(contract("busy-p", a={"p": True})).status == 201  # P busy, too
+        busy_p = med.submit(contract("busy-p", a={"p": True}))
+        assert busy_p.outcome == Outcome.STARTED  # P busy, too
         sub = med.submit(contract("w", a={"p": True}, b={"q": True}))
-        assert (sub.status, sub.run.verdict, sub.run.reject["code"]) == (422, "rejected",
-                                                                          "TOO_WIDE")  # fmt: skip
+        assert (sub.outcome, sub.run.verdict, sub.run.reject["code"]) == (
+            Outcome.REJECTED, "rejected", "TOO_WIDE",
+        )  # fmt: skip
 
 
 # ---- issue 12 §7: the events vocabulary and what the flows emit agree ----
@@ -260,7 +272,7 @@ def test_event_kinds_the_database_accepts_are_exactly_the_documented_vocabulary(
     doc["steps"].append({"name": "ok?", "kind": "ask", "ask": "Looks fine?", "after": ["dut-0"]})
     med.submit(doc)  # submitted, lease_granted
     q = med.submit(contract("q"))  # submitted{state: QUEUED}
-    assert q.status == 202
+    assert q.outcome == Outcome.QUEUED
     med.submit(contract("r", dut={"board": "none"}))  # rejected
     [step] = med.work("X")
     c = med.claim("a", step.seq, "X")  # claimed

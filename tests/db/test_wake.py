@@ -11,7 +11,9 @@ import threading
 
 import pytest
 
-from mediator import Config, ConfigError, Mediator
+import mediator.flows.sweep as sweep_flow
+from mediator import Config, ConfigError, Mediator, Outcome
+from mediator.store.tx import SweepHead
 from tests.db.conftest import advert, contract
 
 
@@ -49,7 +51,7 @@ def test_wake_on_an_empty_queue_does_nothing(med):
 def test_wake_moves_a_matching_run_to_running_with_lease_steps_and_assigned(med):
     """docs/design.md §7: lease, steps.node_id and assigned are all set by one promotion (R12)."""
     advert(med, "X", drain="graceful")
-    assert med.submit(contract("q", steps=2)).status == 202
+    assert med.submit(contract("q", steps=2)).outcome == Outcome.QUEUED
     undrain_quietly(med, "X")
     assert med.wake_queued().promoted == ["q"]
     run = med.get_run("q")
@@ -138,10 +140,12 @@ def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
         med.advert("N2", {"a": True}, "i")
         med.advert("N3", {"b": True}, "i")
         wide = {"r1": {"a": True}, "r2": {"b": True}}
-        assert med.submit(contract("h1", r1={"a": True}, r2={"b": True})).status == 201  # on N1
-        assert med.submit(contract("h2", r1={"a": True})).status == 201  # on N2
+        h1 = med.submit(contract("h1", r1={"a": True}, r2={"b": True}))
+        assert h1.outcome == Outcome.STARTED  # on N1
+        assert med.submit(contract("h2", r1={"a": True})).outcome == Outcome.STARTED  # on N2
         q = med.submit(contract("q", **wide))
-        assert (q.status, q.run.state) == (202, "QUEUED")  # r1: N1, N2 both busy → ALL_BUSY
+        # r1: N1, N2 both busy → ALL_BUSY
+        assert (q.outcome, q.run.state) == (Outcome.QUEUED, "QUEUED")
         finish(med, "h2", "N2")  # N2 frees: r1 → N2, r2 → N3: width 2 > 1 → TOO_WIDE
         assert med.get_run("q").state == "QUEUED"
         assert "q" in med.wake_queued().too_wide
@@ -195,7 +199,7 @@ def test_a_cancel_promotes_a_waiting_run(med):
     assert med.get_run("b").state == "RUNNING"
 
 
-def test_startup_wakes_the_queue_once(dsn, clock, tmp_path):
+def test_startup_wakes_the_queue_once(dsn, clock, tmp_path, monkeypatch):
     """docs/design.md §7 cmd/mediator: the startup path calls WakeQueued once (wake 5)."""
     med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
     advert(med, "X", drain="graceful")
@@ -203,17 +207,15 @@ def test_startup_wakes_the_queue_once(dsn, clock, tmp_path):
     undrain_quietly(med, "X")
     med.close()
     calls = []
-    original = Mediator.wake_queued
+    original = sweep_flow.wake_queued
 
-    def counting(self):
+    def counting(ctx, first=None):
         calls.append(1)
-        return original(self)
+        return original(ctx, first)
 
-    Mediator.wake_queued = counting
-    try:
-        med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
-    finally:
-        Mediator.wake_queued = original
+    monkeypatch.setattr(sweep_flow, "wake_queued", counting)
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
+    monkeypatch.undo()
     try:
         assert len(calls) == 1
         assert med.get_run("q").state == "RUNNING"
@@ -226,12 +228,12 @@ def test_r16_a_failing_wake_changes_neither_status_nor_body(med, monkeypatch, ca
     advert(med, "X")
     med.submit(contract("a"))
 
-    def broken():
+    def broken(ctx, first=None):
         raise RuntimeError("sweep exploded")
 
-    monkeypatch.setattr(med, "wake_queued", broken)
+    monkeypatch.setattr(sweep_flow, "sweep", broken)
     sub = med.submit(contract("b"))  # R17's guard wake fails here
-    assert (sub.status, sub.run.state) == (202, "QUEUED")
+    assert (sub.outcome, sub.run.state) == (Outcome.QUEUED, "QUEUED")
     result = finish(med, "a", "X")  # wake 1 fails here
     assert result.settled == "PASSED"
     assert med.get_run("b").state == "QUEUED"
@@ -239,14 +241,14 @@ def test_r16_a_failing_wake_changes_neither_status_nor_body(med, monkeypatch, ca
 
 
 def test_r16_a_failing_startup_wake_does_not_stop_startup(dsn, clock, tmp_path, monkeypatch):
-    def broken(self):
+    def broken(ctx, first=None):
         raise RuntimeError("no promotions today")
 
-    monkeypatch.setattr(Mediator, "wake_queued", broken)
+    monkeypatch.setattr(sweep_flow, "sweep", broken)
     med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
     try:
         advert(med, "X")
-        assert med.submit(contract("a")).status == 201  # submit and reads still work
+        assert med.submit(contract("a")).outcome == Outcome.STARTED  # submit and reads still work
     finally:
         med.close()
 
@@ -283,7 +285,10 @@ def _missed_wake(dsn, clock, tmp_path, guard):
 def test_r17_missed_wake_guard_promotes_a_run_queued_beside_a_released_node(dsn, clock, tmp_path):
     """R17 (ours): after committing a QUEUED run, submit sweeps once more."""
     sub, state_after, _ = _missed_wake(dsn, clock, tmp_path, guard=True)
-    assert (sub.status, sub.run.state) == (202, "QUEUED")  # the 202 shows the run as committed
+    assert (sub.outcome, sub.run.state) == (
+        Outcome.QUEUED,
+        "QUEUED",
+    )  # the answer shows the run as committed
     assert state_after == "RUNNING"  # what the guard did shows on the next read
 
 
@@ -291,7 +296,7 @@ def test_r17_without_the_guard_the_run_waits_beside_a_free_node(dsn, clock, tmp_
     """The same interleaving with the guard off: proof that the race is real, so the test above
     can fail."""
     sub, state_after, fleet = _missed_wake(dsn, clock, tmp_path, guard=False)
-    assert sub.status == 202 and state_after == "QUEUED"
+    assert sub.outcome == Outcome.QUEUED and state_after == "QUEUED"
     [x] = fleet.nodes
     assert x.lease is None  # X is free and live, and b waits anyway
 
@@ -315,7 +320,7 @@ def test_r8_r9_concurrent_sweeps_never_double_lease_and_keep_fifo(dsn, clock, tm
             advert(m0, n, drain="graceful")
         for i in range(n_runs):
             clock.advance(0.001)
-            assert m0.submit(contract(f"r{i:03d}")).status == 202
+            assert m0.submit(contract(f"r{i:03d}")).outcome == Outcome.QUEUED
         fifo = [f"r{i:03d}" for i in range(n_runs)]
         for rnd in range(3):
             undrain_quietly(m0, *nodes)
@@ -352,7 +357,7 @@ def test_r8_r9_concurrent_sweeps_never_double_lease_and_keep_fifo(dsn, clock, tm
             m.close()
 
 
-def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path):
+def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeypatch):
     """I5: a two-node promotion that loses one node to another process rolls back whole."""
     advert(med, "N1", board="x")
     advert(med, "N2", scope=True, drain="graceful")
@@ -362,13 +367,14 @@ def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path):
     try:
         undrain_quietly(med, "N2")
         # Another process takes N2 through its own submit just before our promotion's insert.
-        original = med.promote
+        original = sweep_flow.promote
 
-        def promote_after_theft(run_id, res, needs, by_id):
-            other.submit(contract("thief", bench={"scope": True}))
-            return original(run_id, res, needs, by_id)
+        def promote_after_theft(ctx, run_id, res, needs, by_id):
+            if ctx is med.ctx:
+                other.submit(contract("thief", bench={"scope": True}))
+            return original(ctx, run_id, res, needs, by_id)
 
-        med.promote = promote_after_theft
+        monkeypatch.setattr(sweep_flow, "promote", promote_after_theft)
         report = med.wake_queued()
     finally:
         other.close()
@@ -432,7 +438,7 @@ def test_r12_asks_are_raised_at_promotion_and_pushed_after_commit(dsn, med, cloc
 
 
 def test_r7_a_foreign_exception_in_one_promotion_is_logged_counted_and_the_sweep_goes_on(
-    med, caplog
+    med, caplog, monkeypatch
 ):
     """issue 12 §4: the sweep used to catch only MediatorError; a KeyError in one run's
     promotion aborted every sweep, leaving later runs QUEUED beside free nodes."""
@@ -443,14 +449,14 @@ def test_r7_a_foreign_exception_in_one_promotion_is_logged_counted_and_the_sweep
     med.submit(contract("bad"))
     med.submit(contract("good", dut={"board": "y"}))
     undrain_quietly(med, "X", "Y")
-    original = med.promote
+    original = sweep_flow.promote
 
-    def promote(run_id, res, needs, by_id):
+    def promote(ctx, run_id, res, needs, by_id):
         if run_id == "bad":
             raise KeyError("injected")
-        return original(run_id, res, needs, by_id)
+        return original(ctx, run_id, res, needs, by_id)
 
-    med.promote = promote
+    monkeypatch.setattr(sweep_flow, "promote", promote)
     metrics = Metrics(med)
     report = med.wake_queued()
     assert report.promoted == ["good"] and report.errors == 1
@@ -498,15 +504,15 @@ def test_wake_5_a_wake_lost_to_a_broken_connection_runs_once_the_database_answer
     reconnect must: b is promoted once the database answers, with no other event."""
     advert(med, "X")
     med.submit(contract("a"))
-    assert med.submit(contract("b")).status == 202
-    original, broken = med.wake_queued, []
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
+    original, broken = sweep_flow.wake_queued, []
 
-    def wake_after_the_connection_broke():
+    def wake_after_the_connection_broke(ctx, first=None):
         if not broken:  # once: between a's commit and its wake
             broken.append(terminate_other_backends(med))
-        return original()
+        return original(ctx, first)
 
-    monkeypatch.setattr(med, "wake_queued", wake_after_the_connection_broke)
+    monkeypatch.setattr(sweep_flow, "wake_queued", wake_after_the_connection_broke)
     result = finish(med, "a", "X")
     assert broken and result.settled == "PASSED"
     assert wait_until(lambda: med.get_run("b").state == "RUNNING")
@@ -522,17 +528,16 @@ def test_wake_9_a_node_that_gains_a_capability_wakes_the_queue(med, monkeypatch)
     advert(med, "S", scope=True)
     advert(med, "X")
     med.submit(contract("a", bench={"scope": True}))  # S busy
-    assert med.submit(contract("b", bench={"scope": True})).status == 202
+    assert med.submit(contract("b", bench={"scope": True})).outcome == Outcome.QUEUED
     assert med.get_run("b").wait_reason["code"] == "ALL_BUSY"
     advert(med, "X", board="x", scope=True)
     assert med.get_run("b").assigned == {"bench": "X"}
 
 
-def test_r14_wake_9_steady_heartbeats_with_unchanged_capabilities_never_sweep(med, monkeypatch):
+def test_r14_wake_9_steady_heartbeats_with_unchanged_capabilities_never_sweep(med):
     """R14 with wake 9: the same capabilities, in another key order, are not a change."""
     calls = []
-    original = med.wake_queued
-    monkeypatch.setattr(med, "wake_queued", lambda: calls.append(1) or original())
+    med.sweep_observers.append(lambda seconds, report: calls.append(1))
     med.advert("X", {"board": "x", "scope": True, "n": 1}, "i1")
     calls.clear()
     for _ in range(3):
@@ -540,3 +545,28 @@ def test_r14_wake_9_steady_heartbeats_with_unchanged_capabilities_never_sweep(me
     assert calls == []
     med.advert("X", {"board": "x"}, "i1")  # a capability dropped: a change, one sweep
     assert calls == [1]
+
+
+# ---- issue 26 §3: data flows one way — the after-commit object hands its read down ----
+
+
+def test_a_results_wake_sweeps_from_the_head_its_seal_read(med, monkeypatch):
+    """Issue 13's saving, passed down instead of read back: a's result settles the run, the
+    seal's last round trip reads the sweep's head (b waiting), and ``AfterCommit`` calls the
+    sweep with that read as an argument — no facade lambda, thread-local or promote callable in
+    between (issue 26). The sweep reads nothing more to begin, and b goes onto X."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
+    handed, original = [], sweep_flow.wake_queued
+
+    def recording(ctx, first=None):
+        handed.append(first)
+        return original(ctx, first)
+
+    monkeypatch.setattr(sweep_flow, "wake_queued", recording)
+    assert finish(med, "a", "X").settled == "PASSED"
+    [first] = handed
+    assert isinstance(first, SweepHead)
+    assert [q.run_id for q in first.head] == ["b"] and [n.node_id for n in first.fleet] == ["X"]
+    assert states(med, "b") == ["RUNNING"]

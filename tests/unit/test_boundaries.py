@@ -72,11 +72,15 @@ RULES = (
          ("mediator.store", "mediator.flows", "mediator.databases", "psycopg")),
     Rule("sim's reference model does not import mediator", ("sim/model.py",), ("mediator",)),
     # issue 13 "Dissolve the mixin": the flows are functions of an explicit context; none calls
-    # back up into the Mediator facade, and none talks to the driver (only store/db.py does)
-    # selected by pattern, so a new flow module is checked the day it is added
+    # back up into the Mediator facade, and none talks to the driver (only the store's connector
+    # does); selected by pattern, so a new flow module is checked the day it is added
     Rule("the flows do not call back into their facade nor import psycopg",
          ("mediator/flows/*.py",), ("mediator.flows.facade", "psycopg", "psycopg_pool"),
          excluded=("mediator/flows/__init__.py", "mediator/flows/facade.py")),
+    # issue 26 §3: the store is split along its seam; the connection side is the one module that
+    # speaks to the driver, the query methods (store/tx.py) and everything else do not
+    Rule("psycopg is imported only by the store's connector", ("mediator",),
+         ("psycopg", "psycopg_pool"), excluded=("mediator/store/connector.py",)),
     # issue 14 §1: statistics know nothing of the simulator (no analysis <-> model cycle), and the
     # shared event core imports neither engine
     Rule("sim's statistics import no part of the simulator", ("sim/analysis.py",), ("sim",)),
@@ -313,3 +317,20 @@ def test_the_pure_core_reads_no_clock():
             ):
                 found.append(f"{f.name}:{node.lineno} calls .{node.func.attr}()")
     assert found == []
+
+
+def test_only_the_connector_may_import_the_driver(tmp_path):
+    """issue 26 §3: store/db.py was both the connection side and some 60 query methods; split,
+    the rule can say which one speaks to psycopg — a query module that imports it is caught."""
+    store = tmp_path / "mediator" / "store"
+    store.mkdir(parents=True)
+    (store / "connector.py").write_text("import psycopg\nfrom psycopg_pool import ConnectionPool\n")
+    (store / "tx.py").write_text("from psycopg.types.json import Jsonb\n")
+    globals()["ROOT"], saved = tmp_path, ROOT
+    try:
+        assert violations(_rule("psycopg is imported only")) == [
+            "mediator/store/tx.py:1 imports psycopg.types.json",
+            "mediator/store/tx.py:1 imports psycopg.types.json.Jsonb",
+        ]
+    finally:
+        globals()["ROOT"] = saved

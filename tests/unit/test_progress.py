@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mediator.core.progress import decide_result, due_asks, end_early, progress
+from mediator.core.progress import StepMove, decide_result, due_asks, end_early, progress
 from mediator.core.rows import RunLease, Step
 from mediator.core.states import RunState, StepState, Verdict
 
@@ -38,7 +38,7 @@ def result(steps: list[Step], leases: list[RunLease], seq: int, outcome: str, **
 
 def test_the_last_step_passing_settles_the_run_and_frees_every_node() -> None:
     d = result([step(1, "a", "X", "CLAIMED")], [lease("X")], 1, "pass")
-    assert d.step == (1, StepState.PASSED, True)
+    assert d.step == StepMove(1, StepState.PASSED, ends=True)
     assert (d.run_to, d.verdict, d.release, d.release_reason) == (
         RunState.PASSED, Verdict.PASS, ("X",), "settled",
     )  # fmt: skip
@@ -49,7 +49,7 @@ def test_the_last_step_passing_settles_the_run_and_frees_every_node() -> None:
 def test_a_failure_skips_its_dependants_and_settles_failed() -> None:
     steps = [step(1, "a", "X", "CLAIMED"), step(2, "b", "X", after=["a"]), step(3, "c", "X")]
     d = result(steps, [lease("X")], 1, "fail")
-    assert d.step == (1, StepState.FAILED, True)
+    assert d.step == StepMove(1, StepState.FAILED, ends=True)
     assert d.skipped == (2,)  # c does not depend on a: it still runs
     assert d.run_to is None and d.release == ()  # X still has c to run
 
@@ -81,16 +81,17 @@ def test_an_ask_whose_after_steps_passed_is_raised_and_holds_the_run_open() -> N
 
 def test_a_retry_rolls_back_until_the_last_attempt_which_fails() -> None:
     d = result([step(1, "a", "X", "CLAIMED")], [lease("X")], 1, "retry")
-    assert d.step == (1, StepState.PENDING, False) and d.release == ()  # R15: no release
+    assert d.step == StepMove(1, StepState.PENDING, ends=False)
+    assert d.release == () and d.step.ends is False  # R15: no release, no ended_at
     last = step(1, "a", "X", "CLAIMED", attempt=3)
     d = result([last], [lease("X")], 1, "retry")
-    assert d.step == (1, StepState.FAILED, True) and d.run_to == RunState.FAILED
+    assert d.step == StepMove(1, StepState.FAILED, ends=True) and d.run_to == RunState.FAILED
 
 
 def test_a_late_result_records_the_step_and_frees_the_node_unless_it_is_still_busy() -> None:
     steps = [step(1, "a", "X", "CLAIMED"), step(2, "b", "X", "CLAIMED")]
     d = result(steps, [lease("X")], 1, "pass", run_state="FAILED")
-    assert d.step == (1, StepState.PASSED, True)
+    assert d.step == StepMove(1, StepState.PASSED, ends=True)
     assert d.release == () and d.run_to is None  # b is still CLAIMED on X
     d = result([step(1, "a", "X", "CLAIMED")], [lease("X")], 1, "pass", run_state="FAILED")
     assert (d.release, d.release_reason) == (("X",), "late_result")

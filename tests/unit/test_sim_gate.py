@@ -175,10 +175,23 @@ def test_the_markdown_comment_shows_the_first_divergence_and_links_its_chart(
 ) -> None:
     path = _report(tmp_path).write_markdown(tmp_path / "comment.md")
     text = path.read_text()
-    assert text.startswith("## Scheduler gate: 1 of 3 case(s) changed, 1 could not run")
+    assert text.startswith(gate.MARKER + "\n## Scheduler gate: 1 of 3 case(s) changed, 1 could not")
     assert "first divergence at decision #1, t = 300.000000 s, run r0000001" in text
     chart = tmp_path / "comment-vanished_node_on-seed0.png"
     assert f"]({chart.name})" in text and chart.stat().st_size > 1000
+
+
+def test_with_a_charts_url_the_comment_links_its_charts_instead_of_showing_them(
+    tmp_path: Path,
+) -> None:
+    """A CI job summary or a pull-request comment cannot show an image stored beside the file
+    (a relative image link renders broken there): with ``charts_url`` the chart is named and
+    linked to the run's page, where the artifact keeps it."""
+    url = "https://ci.example/org/repo/actions/runs/42"
+    text = _report(tmp_path).write_markdown(tmp_path / "c.md", charts_url=url).read_text()
+    chart = "c-vanished_node_on-seed0.png"
+    assert "![" not in text
+    assert f"[`{chart}`]({url})" in text and (tmp_path / chart).stat().st_size > 1000
 
 
 def test_the_example_ci_workflow_runs_the_gate_on_the_committed_baseline() -> None:
@@ -192,7 +205,47 @@ def test_the_example_ci_workflow_runs_the_gate_on_the_committed_baseline() -> No
     runs = " ".join(str(s.get("run", "")) for s in steps)
     assert "python -m sim check --baseline sim-baseline" in runs
     assert "--junit gate/junit.xml" in runs and "--markdown gate/summary.md" in runs
+    assert '--charts-url "$RUN_URL"' in runs  # a summary or a comment cannot show files beside it
     assert gate.find_cases(root / "sim-baseline")  # every case it would run is there
+
+
+def test_the_example_ci_workflow_passes_the_workflow_linters() -> None:
+    """The workflow is checked by tools made for GitHub's workflow files: zizmor (from PyPI; a
+    linter for permissions, credentials, pinning and injection, offline and pedantic) and the
+    workflow JSON schema (check-jsonschema's vendored copy). Earlier findings they or a reading
+    of the platform's documentation caught: a JUnit action that needed ``checks: write`` the job
+    did not grant, a new comment per failing push, a comment step that fails on a fork's read-only
+    token, and checkout credentials left in the workspace."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    workflow = root / "examples" / "scheduler-gate.yml"
+    bindir = Path(sys.executable).parent
+    zizmor = shutil.which("zizmor", path=str(bindir)) or "zizmor"
+    lint = subprocess.run(
+        [zizmor, "--offline", "--persona", "pedantic", "--no-progress",
+         "--config", str(root / "examples" / "zizmor.yml"), str(workflow)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    schema = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
+         str(workflow)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert schema.returncode == 0, schema.stdout + schema.stderr
+    flow = yaml.safe_load(workflow.read_text())
+    job = flow["jobs"]["gate"]
+    assert flow["permissions"] == {} and job["permissions"] == {
+        "contents": "read", "pull-requests": "write"
+    }  # fmt: skip
+    comment = next(s for s in job["steps"] if "Comment" in s.get("name", ""))
+    assert "head.repo.full_name == github.repository" in comment["if"]  # not on forks
+    assert "PATCH" in comment["run"] and gate.MARKER in comment["run"]  # edits its one comment
 
 
 def test_a_field_added_to_fleet_events_later_leaves_the_workload_digest_alone() -> None:

@@ -79,3 +79,55 @@ def test_model_matcher_agrees_with_mediator_match(
     else:
         assert code == expected.code
         assert code != OK and (code != ALL_BUSY or expected.candidates)
+
+
+ROLE_FLAGS = ["p", "q", "r", "s", "t"]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    fleet=st.lists(
+        st.tuples(
+            st.sets(st.sampled_from(ROLE_FLAGS), min_size=1, max_size=3),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=6,
+    ),
+    roles=st.sets(st.sampled_from(ROLE_FLAGS), min_size=3, max_size=5),
+    max_width=st.integers(1, 3),
+)
+def test_model_matcher_agrees_on_width_when_greedy_is_too_wide(
+    fleet: list[tuple[set[str], bool, bool]], roles: set[str], max_width: int
+) -> None:
+    """docs/design.md §4 "Width, exactly": nodes serving several roles each, so the greedy
+    choice is often too wide and the exact search decides — the model's own search and the
+    Mediator's must pick the same nodes (issue 24's G/H/J counterexample among them)."""
+    model = _model([{f: True for f in flags} for flags, *_ in fleet])
+    model.max_width = max_width
+    model.now = 100
+    adverts, unavailable = [], set()
+    for node, (_flags, busy, draining) in zip(model.nodes, fleet, strict=True):
+        node.expires_at = 200
+        node.drain = "graceful" if draining else ""
+        node.lease = object() if busy else None  # type: ignore[assignment]
+        adverts.append(Advert(node.node_id, node.caps))
+        if busy or draining:
+            unavailable.add(node.node_id)
+    needs = {r: {r: True} for r in roles}
+    info = model._needs_of({"roles": needs})
+    code, chosen = model._match(info)
+    expected = match(needs, adverts, unavailable, max_width)
+    if isinstance(expected, Assignment):
+        assert code == OK and chosen is not None
+        assert {r: n.node_id for r, n in zip(sorted(needs), chosen, strict=True)} == dict(
+            expected.roles
+        )
+    else:
+        assert code == expected.code
+    # Submit's question, every live node counted: refused exactly when the Mediator refuses.
+    able = match(needs, adverts, set(), max_width)
+    assert model._too_wide_free(info) == (
+        not isinstance(able, Assignment) and able.code == "TOO_WIDE"
+    )

@@ -32,7 +32,7 @@ from mediator.core.states import (
     run_sources,
     step_sources,
 )
-from mediator.store.db import check_edges
+from mediator.store.connector import check_edges
 from mediator.store.queries import load, schema_sql
 
 TABLES = {"runs": RUN_TRANSITIONS, "steps": STEP_TRANSITIONS}

@@ -1,0 +1,44 @@
+"""Routes 1, 2, 11: a node's advert (heartbeat), its claimable work, and the fleet."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from mediator.api.deps import Caller, Med, NodeCaller, as_node
+from mediator.api.responses import FastJSON
+from mediator.api.schemas import V1, AdvertAnswer, AdvertBody, Fleet, NodeId, Work, answers
+
+router = APIRouter(tags=["nodes"])
+
+
+# 1 -- adverts
+@router.post(
+    "/v1/nodes", response_model=None, responses=answers({200: AdvertAnswer}, 400, 403, 413, *V1)
+)
+def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> Response:
+    ttl = med.advert(
+        body.node_id,
+        body.capabilities,
+        body.instance,
+        label=body.label,
+        drain=body.policy.drain,
+        principal=p.name,
+    )
+    return FastJSON({"advert_ttl_seconds": ttl})
+
+
+# 2 -- work
+@router.get(
+    "/v1/nodes/{node_id}/work",
+    response_model=None,
+    responses=answers({200: Work}, 400, 403, 404, *V1),
+)
+def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> Response:
+    as_node(med, p, node_id)
+    return FastJSON({"steps": [s.to_dict() for s in med.work(node_id)]})
+
+
+# 11 -- fleet
+@router.get("/v1/nodes", response_model=None, responses=answers({200: Fleet}, *V1))
+def list_nodes(med: Med, p: Caller) -> Response:
+    return FastJSON(med.list_nodes().to_dict())

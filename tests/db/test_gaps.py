@@ -1,0 +1,258 @@
+"""Time you can trust (docs/design.md §13; issue 25 rows 5 and 6): a stall of the Mediator or a
+forward jump of the database's clock is given back to adverts and leases like an outage, once
+across processes; while a node able to serve a run expired only inside such a gap, the run
+queues (202) rather than being refused.
+
+Two clocks, both driven by the test: the database's time of record is the virtual
+``ManualClock`` (``mediator_now(at)``), and the Mediator's steady clock is :class:`Steady`, handed
+to a :class:`~mediator.flows.gaps.Timekeeper` that ticks only when the test says so. A jump is the
+first running ahead of the second; a stall is both running on while the ticker does not tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mediator import Config, Mediator, Outcome
+from mediator.flows.gaps import EXPIRED_IN_GAP, TICK_S, Timekeeper
+from tests.db.conftest import ManualClock, advert, contract
+
+pytestmark = pytest.mark.db
+
+
+class Steady:
+    """The Mediator process's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def keep_time(med: Mediator, steady: Steady) -> Timekeeper:
+    """A Timekeeper on ``steady`` with no ticker thread (the test ticks)."""
+    tk = Timekeeper(med.ctx, steady, ticker=False)
+    med.ctx.timekeeper = tk
+    return tk
+
+
+def live_for(seconds: float, clock: ManualClock, steady: Steady, *tks: Timekeeper) -> None:
+    """Real time passes normally: both clocks move together and every ticker ticks on time."""
+    steps = round(seconds / TICK_S)
+    for _ in range(steps):
+        clock.advance(TICK_S)
+        steady.t += TICK_S
+        for tk in tks:
+            tk.tick()
+
+
+def expiry(med: Mediator, node_id: str) -> Any:
+    rows = med.query("SELECT expires_at FROM nodes WHERE node_id = %s", (node_id,))
+    return rows[0]["expires_at"]
+
+
+def live(med: Mediator) -> list[str]:
+    return sorted(n.node_id for n in med.list_nodes().nodes)
+
+
+@pytest.fixture
+def steady() -> Steady:
+    return Steady()
+
+
+@pytest.fixture
+def tk(med: Mediator, steady: Steady) -> Timekeeper:
+    return keep_time(med, steady)
+
+
+@pytest.fixture
+def other(dsn: str, clock: ManualClock, config: Config, tmp_path: Any) -> Iterator[Mediator]:
+    """A second Mediator process on the same database (a worker of the same server)."""
+    m = Mediator.connect(dsn, config=config, clock=clock, records_root=str(tmp_path / "records"))
+    yield m
+    m.close()
+
+
+# ---- jumps of the database's clock (issue 25 row 6) --------------------------------------------
+def test_a_jump_of_the_database_clock_is_given_back_before_the_reaper_reaps(med, clock, steady, tk):
+    """The database host's clock jumps +120 s within 10 s of real time. Without the give-back,
+    Y's lease (60 s) is 70 s past its end at the reaper's next pass: run 'held' FAILED/lost, and
+    the fleet empty. With it, the reaper's reading of the clock shows the jump first."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    assert med.submit(contract("held", dut={"board": "y"})).outcome == Outcome.STARTED
+    med.reap()  # the reaper's pass before the jump: its reading of the clock
+    live_for(10, clock, steady, tk)
+    clock.advance(120)  # 10 s of real time; the database's clock says 130
+
+    report = med.reap()
+
+    assert (report.lost, report.released) == ([], [])
+    assert med.get_run("held").state == "RUNNING"
+    assert live(med) == ["X", "Y"]
+    assert [(g.kind, round(g.given)) for g in tk.noticed] == [("jump", 120)]
+    assert med.submit(contract("after", dut={"board": "x"})).outcome == Outcome.STARTED
+
+
+def test_a_jump_is_noticed_at_the_first_heartbeat_and_the_fleet_never_looks_empty(
+    med, clock, steady, tk
+):
+    """Any reading of the database's clock notices a jump: a heartbeat's new expiry, and the
+    fleet listing's observed_at, which lists the nodes again once the jump is given back."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    live_for(2, clock, steady, tk)
+    clock.advance(120)
+    assert live(med) == ["X", "Y"]  # the listing's own reading: given back, then listed
+    assert [(g.kind, round(g.given)) for g in tk.noticed] == [("jump", 120)]
+
+    live_for(2, clock, steady, tk)
+    clock.advance(120)
+    advert(med, "X")  # the heartbeat's reading gives Y the jump back too
+    assert live(med) == ["X", "Y"]
+    assert [round(g.given) for g in tk.noticed] == [120, 120]
+
+
+def test_a_normal_period_gives_nothing_back(med, clock, steady, tk):
+    """Clocks that move together (within the drift allowance) are no gap: nothing is given back
+    and nothing recorded — and a backward jump only makes nodes live longer."""
+    advert(med, "X")
+    before = expiry(med, "X")
+    for real, ahead in ((10, 0), (10, 0.5), (600, 0.5), (10, -50)):
+        live_for(real, clock, steady, tk)
+        clock.advance(ahead)
+        med.reap()
+    assert list(tk.noticed) == []
+    assert expiry(med, "X") == before
+    assert med.query("SELECT count(*) AS n FROM gaps") == [{"n": 0}]
+
+
+def test_a_jump_seen_by_two_processes_is_given_back_once(med, other, clock, steady, tk):
+    """Two Mediator processes on one database (the workers of one server, the reaper), each
+    with its own readings, both notice the same jump: the first gives it back, the second finds
+    it recorded over an overlapping interval and gives nothing. X got 120 s, not 240 s (and
+    not the cap of one TTL from now)."""
+    other_tk = keep_time(other, steady)  # another process on the same host: the same clock
+    advert(med, "X")
+    med.reap()
+    live_for(5, clock, steady, tk, other_tk)
+    other.reap()  # the second process's reading: 5 s later than the first's
+    before = expiry(med, "X")
+
+    live_for(3, clock, steady, tk, other_tk)
+    clock.advance(120)
+    med.reap()
+    other.reap()
+
+    assert expiry(med, "X") == before + timedelta(seconds=120)
+    assert [(g.kind, round(g.given)) for g in tk.noticed] == [("jump", 120)]
+    assert [(g.kind, round(g.seconds), g.given) for g in other_tk.noticed] == [("jump", 120, 0.0)]
+    rows = med.query("SELECT kind, round(seconds) AS s FROM gaps")
+    assert rows == [{"kind": "jump", "s": 120}]
+
+
+def test_a_jump_during_an_outage_and_the_outage_are_both_given_back(med, clock, steady, tk):
+    """The database host reboots: 10 s out of reach, and its clock comes back 120 s ahead. The
+    reconnect reads the clock first (the jump, measured in the clock as it was), then gives the
+    outage back: X gets 130 s. Given the other way round, the outage's "live when it began"
+    would be judged on the jumped clock and X would get only the jump."""
+    advert(med, "X")
+    med.reap()
+    before = expiry(med, "X")
+    live_for(10, clock, steady, tk)  # the outage: real time passes, nothing lands
+    clock.advance(120)
+    med._on_reconnect(10.0)
+    assert expiry(med, "X") == before + timedelta(seconds=130)
+    rows = med.query("SELECT kind, round(seconds) AS s FROM gaps ORDER BY id")
+    assert rows == [{"kind": "jump", "s": 120}, {"kind": "outage", "s": 10}]
+
+
+def test_an_outage_seen_by_two_processes_is_given_back_once(med, other, clock, steady, tk):
+    """Both workers lose the database for the same 10 s and reconnect: X gets 10 s, not 20."""
+    keep_time(other, steady)
+    advert(med, "X")
+    before = expiry(med, "X")
+    live_for(10, clock, steady, tk)
+    med._on_reconnect(10.0)
+    other._on_reconnect(10.0)
+    assert expiry(med, "X") == before + timedelta(seconds=10)
+
+
+# ---- stalls of the Mediator (issue 25 row 5) ---------------------------------------------------
+def test_a_stall_of_the_mediator_is_given_back_before_a_submit_reads_the_fleet(
+    med, clock, steady, tk
+):
+    """The process stands still 40 s (SIGSTOP) while the database's clock runs on, so X's advert
+    (30 s) is past its end when the first request after the stall — a submit — runs before X's
+    waiting heartbeat. The ticker has not ticked for 40 s: the submit gives the stall back
+    first and starts the run on X (it used to be 422 NO_CANDIDATE, FAILED for good)."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    assert med.submit(contract("held", dut={"board": "y"})).outcome == Outcome.STARTED
+    live_for(20, clock, steady, tk)
+    steady.t += 40
+    clock.advance(40)  # the stall: no tick
+
+    sub = med.submit(contract("a", dut={"board": "x"}))
+
+    assert (sub.outcome, sub.body().get("assigned")) == (Outcome.STARTED, {"dut": "X"})
+    assert [(g.kind, round(g.given)) for g in tk.noticed] == [("stall", 40)]
+    assert med.reap().lost == []  # Y's lease got the stall back as well
+    tk.tick()
+    tk.settle()
+    assert len(tk.noticed) == 1  # given back once
+
+
+def test_the_reaper_after_a_stall_reaps_nothing_the_stall_expired(med, clock, steady, tk):
+    """The reaper's timer fires at once after a stall (its deadline passed meanwhile): it gives
+    the stall back before it looks for expired leases."""
+    advert(med, "Y", board="y")
+    assert med.submit(contract("held", dut={"board": "y"})).outcome == Outcome.STARTED
+    steady.t += 70
+    clock.advance(70)  # longer than the lease (60 s)
+    report = med.reap()
+    assert report.lost == []
+    assert med.get_run("held").state == "RUNNING"
+
+
+# ---- queue, don't refuse, while an able node expired inside a gap -------------------------------
+def test_a_run_queues_while_an_able_node_expired_only_inside_a_recent_gap(med, clock, steady, tk):
+    """X was live when a 10 s stall began and got it back (its advert now ends at t+40), but its
+    heartbeats are still late when a submit for it comes at t+41: queued (202, wait reason
+    EXPIRED_IN_GAP), not refused; X's next advert promotes it. One advert TTL after the gap,
+    the ordinary rule holds again: X, silent since, is gone — 422 NO_CANDIDATE."""
+    advert(med, "X")
+    live_for(25, clock, steady, tk)
+    steady.t += 10
+    clock.advance(10)  # a stall of 10 s: X's advert ends at t+30 inside it
+    assert tk.settle() == pytest.approx(10)
+    live_for(6, clock, steady, tk)  # t+41: X's advert (given back to t+40) has ended
+
+    sub = med.submit(contract("a", dut={"board": "x"}))
+
+    assert sub.outcome == Outcome.QUEUED, sub.body()
+    reason = sub.body()["wait_reason"]
+    assert (reason["code"], reason["candidates"]) == (EXPIRED_IN_GAP, ["X"])
+    live_for(30, clock, steady, tk)  # past the grace: one advert TTL after the gap ended
+    late = med.submit(contract("b", dut={"board": "x"}))
+    assert (late.outcome, late.body()["reject"]["code"]) == (Outcome.REJECTED, "NO_CANDIDATE")
+    advert(med, "X")  # X is back (wake 7): the queued run starts
+    assert med.get_run("a").state == "RUNNING"
+
+
+def test_a_node_that_died_before_the_gap_gets_nothing_back(med, clock, steady, tk):
+    """Z's advert ended before the stall began: the stall does not bring it back, and a run only
+    Z could serve is refused as before (no queue for a node that was already gone)."""
+    advert(med, "Z", board="z")
+    live_for(35, clock, steady, tk)  # Z's advert ended at t+30
+    steady.t += 10
+    clock.advance(10)
+    sub = med.submit(contract("z", dut={"board": "z"}))
+    assert [g.kind for g in tk.noticed] == ["stall"]
+    assert (sub.outcome, sub.body()["reject"]["code"]) == (Outcome.REJECTED, "NO_CANDIDATE")
+    assert live(med) == []
