@@ -15,6 +15,11 @@ status than the one the route answers on success; ``submit`` returns a :class:`R
 
 from __future__ import annotations
 
+import itertools
+import json as _json
+import math
+import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +30,15 @@ import httpx
 from mediator.core.errors import MediatorError
 
 DEFAULT_URL = "http://127.0.0.1:8640"
-DEFAULT_TIMEOUT = 30.0
+DEFAULT_TIMEOUT = 30.0  # one request, whole: connection, answer and body (issue 25 §9)
+# The largest answer read (issue 25 §9: a 400 MB body took a client to 1.26 GB). The biggest
+# real ones — a page of 1,000 runs, a run with 1,000 steps — are a few MB.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# An advert TTL from the server is clamped to this range before the node adverts every TTL/3
+# (issue 25 §9: a TTL of 1e-9 made ~200 adverts a second; a negative one as many).
+MIN_ADVERT_TTL = 1.0
+MAX_ADVERT_TTL = 3600.0
+MAX_LISTED = 1000  # runs in one list answer: the API's own page limit
 # Error text from a server that did not answer with our error shape (a proxy, a crash page) is
 # cut to this many characters: enough to recognise, never a page of HTML on a terminal.
 _SHOWN_TEXT = 200
@@ -71,6 +84,48 @@ class Unreachable(ApiError):
         return self.message
 
 
+# What must never reach a terminal raw from a server (issue 25 §8): C0 controls (ESC starts
+# colour, cursor and OSC sequences — window titles, hyperlinks, clipboard writes; CR overwrites a
+# line), DEL, C1 controls (0x9b is a one-byte CSI), and the Unicode format characters that
+# reorder or hide text (bidi embeddings, overrides and isolates, marks, line separators).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+# Inside json.dumps's text C0 controls occur only as the newlines of its indentation.
+_UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: each control or reordering character shown as its escape
+    (``\\x1b``, ``\\u202e``), everything else as it is. For one line of output; a newline
+    inside a value is escaped too, so a value cannot forge a line."""
+    return _UNSAFE.sub(_escaped, text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text (``ensure_ascii=False``) safe for a terminal and still the same JSON: the
+    characters :func:`printable` escapes become ``\\uXXXX`` escapes (``json.dumps`` already
+    escapes C0 controls inside strings; this adds DEL, C1 and the bidi characters)."""
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class BadAnswer(Unreachable):
+    """An answer that is not one a Mediator gives — HTML from a proxy, a malformed or oversized
+    body, a field of the wrong type, an answer that would not end. Treated like no answer at
+    all (a daemon retries later; ``runctl`` says so in one line): ``status`` 0, code
+    ``bad_answer``."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        ApiError.__init__(
+            self, 0, "bad_answer", f"the server at {url} did not answer as a Mediator: {reason}"
+        )
+
+
 @dataclass(frozen=True)
 class Reply:
     """A successful answer whose status matters to the caller (submit: 200/201/202/422)."""
@@ -90,7 +145,8 @@ class Client:
     Args:
         url: Base URL of the Mediator, e.g. ``http://127.0.0.1:8640``.
         token: Bearer token; ``None`` or ``""`` sends no ``Authorization`` header (dev mode).
-        timeout: Seconds to wait for a connection and for each answer.
+        timeout: Seconds one request may take in all — connecting, the answer and its whole
+            body (checked as each piece of the body arrives).
         transport: An httpx transport to use instead of the network (tests: an ASGI app).
     """
 
@@ -103,7 +159,10 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        headers = {"Accept": "application/json"}
+        self.timeout = timeout
+        # identity: no compressed answer, so MAX_RESPONSE_BYTES bounds what is held, not a
+        # compressed size that could inflate a thousandfold.
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
@@ -148,20 +207,85 @@ class Client:
             ApiError: A status not in ``ok``.
         """
         query = {k: v for k, v in (params or {}).items() if v is not None}
+        deadline = time.monotonic() + self.timeout
         try:
-            resp = self._http.request(method, path, json=json, params=query or None)
+            with self._http.stream(method, path, json=json, params=query or None) as resp:
+                content = self._read(resp, deadline)
         except httpx.TransportError as exc:
             raise Unreachable(self.url, _reason(exc)) from None
-        body = _decode(resp)
+        body = self._decode(content, resp.status_code in tuple(ok))
         if resp.status_code in tuple(ok):
+            if not isinstance(body, dict):
+                raise BadAnswer(self.url, f"{method} {path} answered {_kind(body)}, not an object")
             return Reply(resp.status_code, body)
-        raise _error(resp, body)
+        raise _error(resp, content, body)
+
+    def _read(self, resp: httpx.Response, deadline: float) -> bytes:
+        """The whole body, at most :data:`MAX_RESPONSE_BYTES`, by ``deadline``."""
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+            raise BadAnswer(self.url, f"an answer of {int(declared):,} bytes (the limit is "
+                            f"{MAX_RESPONSE_BYTES:,})")  # fmt: skip
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            raw = resp.iter_raw()
+            first = [next(raw, b"")]
+        except httpx.StreamConsumed:  # an answer made whole in memory (a test transport)
+            raw, first = iter(()), [resp.content]
+        for chunk in itertools.chain(first, raw):
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise BadAnswer(self.url, f"an answer over {MAX_RESPONSE_BYTES:,} bytes")
+            if time.monotonic() > deadline:
+                raise BadAnswer(self.url, f"the answer did not end within {self.timeout:g} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _decode(self, content: bytes, ok: bool) -> Any:
+        if not content:
+            return None
+        try:
+            return _json.loads(content)
+        except (ValueError, RecursionError):
+            if ok:
+                raise BadAnswer(self.url, "the body is not JSON") from None
+            return None
 
     def _get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params).body
 
     def _post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, json=body).body
+
+    # ---- the shapes the programs rely on (issue 25 §9: a wrong one was a traceback) ------------
+
+    def _list(self, value: Any, field: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise BadAnswer(self.url, f"{field} is {_kind(value)}, not a list")
+        return value
+
+    def _step(self, step: Any, what: str) -> dict[str, Any]:
+        ok = (
+            isinstance(step, dict)
+            and isinstance(step.get("run_id"), str)
+            and _is_int(step.get("seq"))
+            and isinstance(step.get("with", {}) or {}, dict)
+            and all(isinstance(step.get(k, ""), str | None) for k in ("name", "uses", "kind"))
+        )
+        if not ok:
+            raise BadAnswer(self.url, f"{what} is malformed")
+        return dict(step)
+
+    def _run(self, run: Any) -> dict[str, Any]:
+        if not (isinstance(run, dict) and isinstance(run.get("run_id"), str)):
+            raise BadAnswer(self.url, "a run without a run_id")
+        steps = run.get("steps")
+        if steps is not None and not (
+            isinstance(steps, list) and all(isinstance(x, dict) for x in steps)
+        ):
+            raise BadAnswer(self.url, f"run {run['run_id']!r} has malformed steps")
+        return dict(run)
 
     # ---- node routes (1-4) ---------------------------------------------------------------------
 
@@ -185,20 +309,26 @@ class Client:
                 "policy": {"drain": drain},
             },
         )
-        return float(body["advert_ttl_seconds"])
+        ttl = body.get("advert_ttl_seconds")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
+            raise BadAnswer(self.url, f"advert_ttl_seconds is {_kind(ttl)}, not a number")
+        return min(max(float(ttl), MIN_ADVERT_TTL), MAX_ADVERT_TTL)
 
     def work(self, node_id: str) -> list[dict[str, Any]]:
         """The claimable steps of a node (route 2)."""
-        return list(self._get(f"/v1/nodes/{_segment(node_id)}/work")["steps"])
+        steps = self._get(f"/v1/nodes/{_segment(node_id)}/work").get("steps")
+        return [self._step(s, "a work step") for s in self._list(steps, "steps")]
 
     def claim(self, run_id: str, seq: int, node_id: str, instance: str) -> dict[str, Any]:
         """Claim a step (route 3); returns the step as CLAIMED, with its new ``attempt``."""
-        return dict(
-            self._post(
-                f"/v1/runs/{_segment(run_id)}/steps/{int(seq)}/claim",
-                {"node_id": node_id, "instance": instance},
-            )
+        claimed = self._post(
+            f"/v1/runs/{_segment(run_id)}/steps/{int(seq)}/claim",
+            {"node_id": node_id, "instance": instance},
         )
+        step = self._step(claimed, "the claimed step")
+        if not _is_int(step.get("attempt")):
+            raise BadAnswer(self.url, "the claimed step has no attempt number")
+        return step
 
     def report(
         self,
@@ -246,50 +376,69 @@ class Client:
         limit: int | None = None,
     ) -> dict[str, Any]:
         """List runs (route 6): ``{observed_at, runs}``, newest first."""
-        return dict(self._get("/v1/runs", state=state, work_id=work_id, since=since, limit=limit))
+        body = self._get("/v1/runs", state=state, work_id=work_id, since=since, limit=limit)
+        runs = self._list(body.get("runs"), "runs")
+        for run in runs:
+            self._run(run)
+        # Never more than asked for (or the API's page): 60,000 runs once kept runctl busy for
+        # minutes (issue 25 §9).
+        return {**body, "runs": runs[: min(limit or MAX_LISTED, MAX_LISTED)]}
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         """One run with its steps (route 7)."""
-        return dict(self._get(f"/v1/runs/{_segment(run_id)}"))
+        return self._run(self._get(f"/v1/runs/{_segment(run_id)}"))
 
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run (route 8); cancelling a terminal run is a no-op that returns it."""
-        return dict(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
+        return self._run(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
 
     def nodes(self) -> dict[str, Any]:
         """The live fleet (route 11): ``{observed_at, nodes}``."""
-        return dict(self._get("/v1/nodes"))
+        body = self._get("/v1/nodes")
+        for node in self._list(body.get("nodes"), "nodes"):
+            if not isinstance(node, dict) or not isinstance(node.get("node_id"), str):
+                raise BadAnswer(self.url, "a node without a node_id")
+            lease = node.get("lease")
+            if lease is not None and not (
+                isinstance(lease, dict) and isinstance(lease.get("run_id"), str)
+            ):
+                raise BadAnswer(self.url, f"node {node['node_id']!r} has a malformed lease")
+        return dict(body)
 
     def asks(self) -> list[dict[str, Any]]:
         """Open asks (route 12)."""
-        return list(self._get("/v1/asks")["asks"])
+        asks = self._list(self._get("/v1/asks").get("asks"), "asks")
+        for ask in asks:
+            if not (isinstance(ask, dict) and isinstance(ask.get("question"), str)):
+                raise BadAnswer(self.url, "an ask without a question")
+        return asks
 
     def answer(self, ask_id: int | str, answer: str, *, ok: bool = True) -> dict[str, Any]:
         """Answer an ask (route 13); the reply is shaped like a step result's."""
         return dict(self._post(f"/v1/asks/{_segment(ask_id)}/answer", {"answer": answer, "ok": ok}))
 
 
-def _decode(resp: httpx.Response) -> Any:
-    if not resp.content:
-        return None
-    try:
-        return resp.json()
-    except ValueError:
-        return None
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _error(resp: httpx.Response, body: Any) -> ApiError:
+def _kind(body: Any) -> str:
+    return "nothing" if body is None else f"a JSON {type(body).__name__}"
+
+
+def _error(resp: httpx.Response, content: bytes, body: Any) -> ApiError:
     status = resp.status_code
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict) and isinstance(err.get("code"), str):
         return ApiError(
             status,
             err["code"],
-            str(err.get("message") or resp.reason_phrase),
+            str(err.get("message") or resp.reason_phrase)[: _SHOWN_TEXT * 5],
             field=err.get("field") if isinstance(err.get("field"), str) else None,
             body=body,
         )
-    text = " ".join(resp.text.split())[:_SHOWN_TEXT] or resp.reason_phrase
+    text = " ".join(content[: _SHOWN_TEXT * 4].decode("utf-8", "replace").split())[:_SHOWN_TEXT]
+    text = text or resp.reason_phrase
     return ApiError(status, f"http_{status}", text, body=body)
 
 

@@ -28,6 +28,7 @@ import errno
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -261,6 +262,13 @@ def write_new_at(
             os.fchmod(fd, 0o444)
         if sync:
             os.fsync(fd)
+    except BaseException:
+        # A full disk (ENOSPC, EFBIG) or any failure half way: the name is ours (O_EXCL) and
+        # holds a torn file, so it goes — a staged file would otherwise stay for ever, a
+        # record file would be a torn one (issue 25 §10).
+        with suppress(OSError):
+            os.unlink(_name(name), dir_fd=dir_fd)
+        raise
     finally:
         os.close(fd)
     return True
@@ -279,6 +287,65 @@ def stage_at(dir_fd: int, data: bytes, *, read_only: bool = False) -> str:
         name = STAGED + os.urandom(8).hex()
         if write_new_at(dir_fd, name, data, read_only=read_only):
             return name
+
+
+def sweep_staged(root: str, older_than_s: float) -> int:
+    """Remove the staged files (``.staging-`` and 16 hex digits) under ``root/<run>/`` and
+    ``root/<run>/steps/`` last changed more than ``older_than_s`` seconds ago: what a seal
+    killed half way (a crash, a full disk) left behind (issue 25 §10). A younger one may be a
+    concurrent sealer's (another process sharing the root) and stays. Only regular files with
+    exactly that name are removed; nothing is followed. Returns how many were removed."""
+    limit = time.time() - older_than_s
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+    try:
+        top = os.open(root, flags)
+    except OSError:
+        return 0
+    removed = 0
+    try:
+        for name in _entries(top):
+            if PART.fullmatch(name) is None:
+                continue
+            try:
+                run = os.open(name, flags, dir_fd=top)  # a symlink or a file here: skipped
+            except OSError:
+                continue
+            try:
+                removed += _sweep_folder(run, limit)
+                try:
+                    steps = os.open("steps", flags, dir_fd=run)
+                except OSError:
+                    continue
+                try:
+                    removed += _sweep_folder(steps, limit)
+                finally:
+                    os.close(steps)
+            finally:
+                os.close(run)
+    finally:
+        os.close(top)
+    return removed
+
+
+def _entries(dir_fd: int) -> list[str]:
+    try:
+        with os.scandir(dir_fd) as it:
+            return [e.name for e in it]
+    except OSError:
+        return []
+
+
+def _sweep_folder(dir_fd: int, limit: float) -> int:
+    removed = 0
+    for name in _entries(dir_fd):
+        if _STAGED_NAME.fullmatch(name) is None:
+            continue
+        with suppress(OSError):
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < limit:
+                os.unlink(name, dir_fd=dir_fd)
+                removed += 1
+    return removed
 
 
 def link_at(dir_fd: int, staged: str, name: str) -> bool:

@@ -34,6 +34,9 @@ from mediator import paths
 from mediator.paths import UnsafePath
 
 SEAL = "seal.json"
+# A staged file older than this is what a failed or killed seal left (a seal takes seconds);
+# younger ones may be a concurrent sealer's and stay (issue 25 §10).
+STALE_STAGING_S = 600.0
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -192,6 +195,12 @@ class Records:
             paths.write_new_at(run, "contract.json", data, sync=False)
         finally:
             os.close(run)
+
+    def sweep_staging(self, older_than_s: float = STALE_STAGING_S) -> int:
+        """Remove staged files a seal left behind (a crash between staging and publishing;
+        ``mediator serve`` calls this at start). Returns how many were removed. A seal that
+        fails by itself — a full disk — removes its own at once (docs/design.md §12)."""
+        return paths.sweep_staged(self._root, older_than_s)
 
     def is_sealed(self, run_id: str) -> bool:
         return os.path.lexists(self.dir(run_id) / SEAL)

@@ -22,6 +22,7 @@ from mediator.api import errors, openapi
 from mediator.api.access import AccessLog
 from mediator.api.auth import Tokens
 from mediator.api.events import EventFeed
+from mediator.api.guard import LOOPBACK_HOSTS, Guard
 from mediator.api.limits import BodyLimit
 from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.routes import ROUTERS
@@ -76,6 +77,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
 
     # ---- middleware: every request passes these before any route, the last added first ----
     app.add_middleware(BodyLimit, max_body=max_body)
+    app.add_middleware(Guard, hosts=LOOPBACK_HOSTS if tokens.dev else None)  # issue 25 §1
     app.add_middleware(RequestMetrics, instruments=metrics.instruments)  # BodyLimit's 4xx too
     app.add_middleware(AccessLog)  # outermost: it sees every refusal too
 

@@ -123,6 +123,8 @@ class EventFeed:
         self._wake: asyncio.Event | None = None  # the listener's NOTIFY, or stop()
         self._changed: asyncio.Event | None = None  # replaced at every change; waiters hold one
         self._pump_task: asyncio.Task[None] | None = None
+        self._listener: threading.Thread | None = None  # the LISTEN thread, once started
+        self.listener_error: str | None = None  # why the listener's last attempt failed
         self._stopping = threading.Event()
         # The shared buffer: places (tx, id) and frames of rows after ``_floor`` (None: not read).
         self._floor: Place | None = None
@@ -182,32 +184,63 @@ class EventFeed:
         self._notify_changed()
 
     def _ensure_started(self) -> None:
-        """Start the listener thread and the pump task, once, on the calling event loop."""
-        if self._pump_task is not None:
-            return
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._wake = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._pump_task = loop.create_task(self._pump(), name="mediator-events-pump")
-        threading.Thread(
-            target=self._listen, args=(loop,), name="mediator-listen", daemon=True
-        ).start()
+        """Start the pump task once, on the calling event loop, and the listener thread — again
+        if it has ended (issue 25 §4: each admitted stream pokes it)."""
+        if self._pump_task is None:
+            loop = asyncio.get_running_loop()
+            self._loop = loop
+            self._wake = asyncio.Event()
+            self._changed = asyncio.Event()
+            self._pump_task = loop.create_task(self._pump(), name="mediator-events-pump")
+        listener = self._listener
+        if (listener is None or not listener.is_alive()) and not self._stopping.is_set():
+            assert self._loop is not None
+            if listener is not None:
+                log.error("the event listener had ended; starting it again")
+            self._listener = threading.Thread(
+                target=self._listen, args=(self._loop,), name="mediator-listen", daemon=True
+            )
+            self._listener.start()
+
+    @property
+    def listener_state(self) -> str:
+        """``idle`` (no stream yet), ``ok``, ``failing`` (retrying with backoff) or ``dead``
+        (the thread ended; the next stream starts it again): ``/healthz`` shows it."""
+        listener = self._listener
+        if listener is None or self._stopping.is_set():
+            return "idle"
+        if not listener.is_alive():
+            return "dead"
+        return "failing" if self.listener_error else "ok"
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The one LISTEN connection of this process: each NOTIFY wakes the pump."""
+        """The one LISTEN connection of this process: each NOTIFY wakes the pump. Any failure
+        — the database gone, EMFILE inside the driver's connect — is logged and retried with
+        backoff; only the event loop closing (the server gone) ends it (issue 25 §4)."""
         backoff = 0.5
         while not self._stopping.is_set():
             try:
                 for _ in self.med.store.notifications(CHANNEL, timeout=LISTEN_TIMEOUT_S):
                     loop.call_soon_threadsafe(self._poke)
-                    backoff = 0.5
-            except MediatorError:
-                log.warning("event listener lost the database; retrying in %.1fs", backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                    backoff, self.listener_error = 0.5, None
+                backoff, self.listener_error = 0.5, None
             except RuntimeError:
-                return  # the event loop is closed: the server is gone
+                if loop.is_closed():
+                    return  # the event loop is closed: the server is gone
+                self._listen_failed(RuntimeError("unexpected"), backoff)
+                backoff = min(backoff * 2, 10.0)
+            except Exception as exc:
+                self._listen_failed(exc, backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _listen_failed(self, exc: Exception, backoff: float) -> None:
+        first = self.listener_error is None
+        self.listener_error = f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"
+        if first or backoff >= 10.0:  # one line when it starts failing, then one per ~10 s
+            log.warning(
+                "event listener failed (%s); retrying in %.1fs", self.listener_error, backoff
+            )
+        self._stopping.wait(backoff)
 
     def _poke(self) -> None:
         if self._wake is not None:

@@ -306,10 +306,12 @@ class Work(_Answer):
 
 
 class Health(_Answer):
-    """ok, or unavailable while the database is out of reach (503)."""
+    """ok, or unavailable while the database is out of reach or the event listener cannot
+    deliver (503; docs/security.md "Connections")."""
 
     status: Literal["ok", "unavailable"]
     database: Literal["ok", "unreachable"]
+    events: Literal["failing", "dead"] = absent()
     unsealed: int = absent(ge=0)
     unopened: int = absent(ge=0)
 

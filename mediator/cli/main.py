@@ -11,6 +11,7 @@ anything listens (docs/design.md §16).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import errno
 import ipaddress
@@ -226,6 +227,9 @@ def _serve_on(
     except MediatorError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 1
+    swept = med.records.sweep_staging()  # what seals killed half way left (issue 25 §10)
+    if swept:
+        print(f"mediator: removed {swept} staged record files that failed seals left", flush=True)
     if own_figures:
         from mediator.api.metrics import Instruments
 
@@ -257,8 +261,10 @@ def _server(
     import uvicorn
 
     from mediator.api import create_app
+    from mediator.api.guard import accept_backlog, bounded_h11, connection_cap, quiet_loop_errors
 
     app = create_app(med, serving.tokens)
+    cap = connection_cap()
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -266,11 +272,17 @@ def _server(
             port=serving.config.port,
             log_level="warning",
             access_log=False,
+            # a cap on connections and a deadline on request heads (docs/security.md
+            # "Connections", issue 25 §4)
+            http=bounded_h11(cap),
+            backlog=accept_backlog(cap),
+            timeout_keep_alive=5,
         )
     )
     original_startup = server.startup
 
     async def startup(sockets: object = None) -> None:
+        quiet_loop_errors(asyncio.get_running_loop())  # no traceback per failed accept
         await original_startup(sockets=sockets)  # type: ignore[arg-type]
         port = serving.config.port
         if server.servers and server.servers[0].sockets:
@@ -290,6 +302,7 @@ def _server(
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
+        signal.signal(signal.SIGHUP, lambda sig, frame: reload_tokens(serving.tokens))
         yield
 
     server.capture_signals = capture_signals  # type: ignore[method-assign]
@@ -299,6 +312,16 @@ def _server(
         server.should_exit = True
 
     return server, stop
+
+
+def reload_tokens(tokens: Tokens) -> None:
+    """SIGHUP: read the tokens file again (docs/security.md "Tokens"); a bad file is logged and
+    the tokens in use stay."""
+    problem = tokens.reload()
+    if problem is not None:
+        log.error("the tokens file was not reloaded, the old tokens stay: %s", problem)
+    elif tokens.path is not None:
+        log.warning("reloaded the tokens file %s", tokens.path)
 
 
 def _serve_here(med: Mediator, serving: Serving, sock: socket.socket) -> int:
@@ -433,6 +456,7 @@ class Workers:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
+        signal.signal(signal.SIGHUP, lambda sig, frame: self._reload())
         try:
             self._slots = [_Slot(self._spawn(sock)) for _ in range(self.n)]
             if not self._await_ready():
@@ -441,6 +465,14 @@ class Workers:
             return self._supervise(sock)
         finally:
             self._stop_all()
+
+    def _reload(self) -> None:
+        """SIGHUP: reload the tokens here (for workers started later) and in every worker."""
+        reload_tokens(self.serving.tokens)
+        for slot in self._slots:
+            if slot.proc.is_alive() and slot.proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.proc.pid, signal.SIGHUP)
 
     def _heard(self, timeout: float) -> None:
         """Take the workers' messages: who listens now, and why one could not start."""
@@ -569,6 +601,8 @@ def _worker(serving: Serving, sock: socket.socket, ready: Any, parent: int) -> N
         stream=sys.stderr,
     )
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn handles it: the parent decides
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until we serve: we read the file anew below
+    serving.tokens.reload()  # a reload the parent asked for while we started is not lost
     try:
         med = Mediator.connect(
             serving.database_url,

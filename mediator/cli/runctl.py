@@ -29,13 +29,22 @@ import os
 import sys
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from mediator.argtypes import SuggestingParser, positive_float, positive_int
-from mediator.client import DEFAULT_URL, ApiError, Client, Reply, Unreachable
+from mediator.client import (
+    DEFAULT_URL,
+    ApiError,
+    Client,
+    Reply,
+    Unreachable,
+    printable,
+    printable_json,
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # also: the run watched ended FAILED
@@ -248,19 +257,25 @@ def _main(
     try:
         return cli.dispatch(args)
     except UsageError as exc:
-        print(f"runctl: {exc}", file=err)
+        print(f"runctl: {printable(str(exc))}", file=err)
         return EXIT_USAGE
     except WaitTimeout as exc:
-        print(f"runctl: {exc}", file=err)
+        print(f"runctl: {printable(str(exc))}", file=err)
         return EXIT_TIMEOUT
     except Unreachable as exc:
-        print(f"runctl: {exc}", file=err)
+        print(f"runctl: {printable(str(exc))}", file=err)
         return EXIT_UNREACHABLE
     except ApiError as exc:
         if as_json and exc.body is not None:
             cli.dump(exc.body)
-        print(f"runctl: {exc}", file=err)
+        print(f"runctl: {printable(str(exc))}", file=err)
         return EXIT_UNKNOWN_RUN if exc.code == "unknown_run" else EXIT_ERROR
+    except (KeyError, TypeError, AttributeError) as exc:
+        # A field of an answer that is not what a Mediator sends, met while printing it
+        # (issue 25 §9): one line, never a traceback.
+        shown = printable(f"{type(exc).__name__}: {exc}")[:200]
+        print(f"runctl: the server's answer is not one a Mediator gives ({shown})", file=err)
+        return EXIT_ERROR
     except KeyboardInterrupt:  # Ctrl-C during watch/--wait: the run goes on; say so, no traceback
         print("runctl: interrupted (the run is not cancelled)", file=err)
         return EXIT_INTERRUPTED
@@ -292,11 +307,13 @@ class Command:
         return handler(args)
 
     def say(self, *lines: str) -> None:
+        """Print lines of text; whatever came from the server is escaped (issue 25 §8)."""
         for line in lines:
-            print(line, file=self.out)
+            print(printable(line), file=self.out)
 
-    def dump(self, body: Any) -> None:
-        print(json.dumps(body, indent=2, ensure_ascii=False), file=self.out)
+    def dump(self, body: Any, indent: int | None = 2) -> None:
+        """Print a body as JSON, with the characters a terminal would obey escaped."""
+        print(printable_json(json.dumps(body, indent=indent, ensure_ascii=False)), file=self.out)
 
     # ---- commands ------------------------------------------------------------------------------
 
@@ -437,7 +454,7 @@ class Command:
         while True:
             run = self.client.get_run(run_id)
             if self.as_json and args.command == "watch" and run != last:
-                print(json.dumps(run, ensure_ascii=False), file=self.out)
+                self.dump(run, indent=None)
             elif not self.as_json and not quiet:
                 self.say(*changes(last, run))
             last = run
@@ -588,12 +605,20 @@ def short_ids(ids: Sequence[str], least: int = 8) -> dict[str, str]:
     random tail is what tells them apart — ``git``'s shortest unique prefix would keep the
     timestamp and little else. ``status``, ``watch`` and ``cancel`` take the tail as well.
     """
-    shown = {}
-    for run_id in ids:
-        n = least
-        while n < len(run_id) and any(o != run_id and o.endswith(run_id[-n:]) for o in ids):
-            n += 1
-        shown[run_id] = run_id if n + 1 >= len(run_id) else "…" + run_id[-n:]
+    unique = list(dict.fromkeys(ids))
+    shown: dict[str, str] = {}
+    pending, n = unique, least
+    # One pass per tail length, each counting every id's tail of that length: linear in the
+    # number of ids (comparing each id with every other took minutes for 60,000, issue 25 §9).
+    while pending:
+        tails = Counter(r[-n:] for r in unique)
+        rest = []
+        for run_id in pending:
+            if n < len(run_id) and tails[run_id[-n:]] > 1:
+                rest.append(run_id)
+            else:
+                shown[run_id] = run_id if n + 1 >= len(run_id) else "…" + run_id[-n:]
+        pending, n = rest, n + 1
     return shown
 
 
@@ -684,7 +709,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned columns two spaces apart; the last column is not padded."""
     if not rows:
         return ["(none)"]
-    cells = [list(headers), *[[str(c) for c in r] for r in rows]]
+    cells = [list(headers), *[[printable(str(c)) for c in r] for r in rows]]  # issue 25 §8
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers) - 1)]
     return [
         "  ".join([*(c.ljust(w) for c, w in zip(r, widths, strict=False)), r[-1]]).rstrip()

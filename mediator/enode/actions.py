@@ -108,6 +108,14 @@ class Context:
 Action = Callable[[Mapping[str, Any], Context], Outcome]
 
 
+def step_environ(ctx: Context) -> dict[str, str]:
+    """A step's environment: the daemon's, without any ``MEDIATOR_*`` variable of its own (the
+    node's token, a token file's path — a step's output is a log other clients read, issue 25
+    §3), plus the step's own ``MEDIATOR_*`` variables (:meth:`Context.environ`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_")}
+    return {**env, **ctx.environ()}
+
+
 def _seconds(with_: Mapping[str, Any], key: str, *, required: bool) -> float | None:
     value = with_.get(key)
     if value is None and not required:
@@ -147,7 +155,7 @@ def shell(with_: Mapping[str, Any], ctx: Context) -> Outcome:
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **ctx.environ()},
+            env=step_environ(ctx),
             start_new_session=True,
         )
         started = time.monotonic()

@@ -2,12 +2,18 @@
 
 ::
 
-    enode --url http://127.0.0.1:8640 --node-id bench-1 --caps caps.toml [--label L] [--token T]
+    enode --url http://127.0.0.1:8640 --node-id bench-1 --caps caps.toml [--label L]
+          [--token-file FILE]
           [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS] [--keep-dir DIR]
           [--stop-grace SECONDS]
 
 ``--caps`` is a JSON or TOML file holding one object of capabilities (TOML when the name ends in
-``.toml``). ``--url`` and ``--token`` default to ``$MEDIATOR_URL`` and ``$MEDIATOR_TOKEN``.
+``.toml``). ``--url`` defaults to ``$MEDIATOR_URL``. The bearer token comes from
+``--token-file`` (default ``$MEDIATOR_TOKEN_FILE``), a file only this account may read (mode
+0600), or from ``$MEDIATOR_TOKEN``; ``--token T`` still works but warns, since a command line is
+readable by every local user in ``/proc/PID/cmdline`` (issue 25 §3). The daemon removes
+``MEDIATOR_TOKEN`` from its own environment once read, and a step's processes never get any
+``MEDIATOR_*`` variable but the step's own (docs/security.md "enode").
 
 Signals: SIGTERM or SIGINT drains gracefully — the current step and run finish, no new run starts —
 then the program exits 0; a second one exits after the current step. While the Mediator does not
@@ -29,6 +35,7 @@ import json
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 import tomllib
@@ -65,9 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--label", default="", help="a label for people (default: none)")
     parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=os.environ.get("MEDIATOR_TOKEN_FILE") or None,
+        help="file holding the bearer token, mode 0600 (default: $MEDIATOR_TOKEN_FILE, else "
+        "$MEDIATOR_TOKEN)",
+    )
+    parser.add_argument(
         "--token",
-        default=os.environ.get("MEDIATOR_TOKEN") or None,
-        help="bearer token (default: $MEDIATOR_TOKEN)",
+        default=None,
+        help="bearer token; visible to every local user in the process list, prefer "
+        "--token-file (default: none)",
     )
     parser.add_argument(
         "--drain",
@@ -133,6 +148,58 @@ def read_capabilities(path: str) -> dict[str, Any]:
     return caps
 
 
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its one line, without the line end. The file must be a regular
+    file only this account may read or write (like ``ssh`` with a private key).
+
+    Raises:
+        ValueError: The file cannot be read, is open to other accounts, or holds no token.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"the token file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"the token file {path} is open to other accounts "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); make it private: chmod 600 {path}"
+            )
+        data = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    token = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    if not token or len(data) > 4096 or any(c in token for c in "\r\n"):
+        raise ValueError(f"the token file {path} must hold one token on one line")
+    return token
+
+
+def resolve_token(args: argparse.Namespace) -> str | None:
+    """The bearer token from ``--token-file``, ``--token`` or ``$MEDIATOR_TOKEN`` (see the
+    module docstring); ``$MEDIATOR_TOKEN`` leaves this process's environment here, so nothing
+    this process starts inherits it.
+
+    Raises:
+        ValueError: Both flags given, or a bad token file.
+    """
+    from_env = os.environ.pop("MEDIATOR_TOKEN", None) or None
+    if args.token_file and args.token:
+        raise ValueError("give --token-file or --token, not both")
+    if args.token_file:
+        return read_token_file(args.token_file)
+    if args.token:
+        print(
+            "enode: warning: --token is readable by every local user in the process list; "
+            "use --token-file FILE (mode 0600) instead",
+            file=sys.stderr,
+        )
+        return str(args.token)
+    return from_env
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the daemon until it is stopped.
 
@@ -148,10 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         caps = read_capabilities(args.caps)
+        token = resolve_token(args)
     except ValueError as exc:
         print(f"enode: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    with _logging(args.node_id), Client(args.url, args.token) as client:
+    with _logging(args.node_id), Client(args.url, token) as client:
         daemon = Daemon(
             client,
             args.node_id,

@@ -32,13 +32,20 @@ from mediator.store.db import Store
 from tests.e2e.servers import Server, start_server
 
 CANARY = "canary-7f3a-do-not-serve"
-SECRETS = ("tok-node-1", "tok-node-2", "tok-client-1", "tok-client-2", "tok-admin", CANARY)
+SECRETS = (
+    "tok-node-1-0123456789abcdef",
+    "tok-node-2-0123456789abcdef",
+    "tok-client-1-0123456789abcdef",
+    "tok-client-2-0123456789abcdef",
+    "tok-admin-0123456789abcdef",
+    CANARY,
+)
 TOKENS = {
-    "node": "tok-node-1",
-    "node2": "tok-node-2",
-    "client": "tok-client-1",
-    "client2": "tok-client-2",
-    "admin": "tok-admin",
+    "node": "tok-node-1-0123456789abcdef",
+    "node2": "tok-node-2-0123456789abcdef",
+    "client": "tok-client-1-0123456789abcdef",
+    "client2": "tok-client-2-0123456789abcdef",
+    "admin": "tok-admin-0123456789abcdef",
 }
 LEAKS = ("traceback", "psycopg", "site-packages", 'file "', '.py"', "select ", "insert into")
 TABLES = ("runs", "steps", "nodes", "leases", "asks", "events", "needs_classes")

@@ -36,7 +36,7 @@ EXPECTED_ROUTES = {
 
 @pytest.fixture
 def client(med):
-    with TestClient(create_app(med)) as c:
+    with TestClient(create_app(med), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -47,20 +47,21 @@ def tokens_file(tmp_path):
         "\n".join(
             f'[[token]]\ntoken = "{t}"\nprincipal = "{p}"\nrole = "{r}"\n'
             for t, p, r in [
-                ("tn1", "node-one", "node"),
-                ("tn2", "node-two", "node"),
-                ("tc1", "alice", "client"),
-                ("tc2", "mallory", "client"),
-                ("tad", "root", "admin"),
+                ("tn1-0123456789abcdef", "node-one", "node"),
+                ("tn2-0123456789abcdef", "node-two", "node"),
+                ("tc1-0123456789abcdef", "alice", "client"),
+                ("tc2-0123456789abcdef", "mallory", "client"),
+                ("tad-0123456789abcdef", "root", "admin"),
             ]
         )
     )
+    p.chmod(0o600)  # a tokens file must be private (docs/security.md)
     return str(p)
 
 
 @pytest.fixture
 def authed(med, tokens_file):
-    with TestClient(create_app(med, Tokens.load(tokens_file))) as c:
+    with TestClient(create_app(med, Tokens.load(tokens_file)), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -246,29 +247,49 @@ def test_record_routes_serve_the_sealed_record_and_refuse_traversal(client, med)
 def test_no_token_is_401_and_unknown_token_is_401(authed):
     assert authed.get("/v1/runs").status_code == 401
     assert authed.get("/v1/runs", headers=bearer("guess")).status_code == 401
-    assert authed.get("/v1/runs", headers=bearer("tc1")).status_code == 200
+    assert authed.get("/v1/runs", headers=bearer("tc1-0123456789abcdef")).status_code == 200
 
 
 def test_a_node_acting_for_another_node_is_403(authed):
-    assert node(authed, "N1", headers=bearer("tn1")).status_code == 200
-    r = node(authed, "N1", headers=bearer("tn2"))  # taking over N1's identity
+    assert node(authed, "N1", headers=bearer("tn1-0123456789abcdef")).status_code == 200
+    r = node(authed, "N1", headers=bearer("tn2-0123456789abcdef"))  # taking over N1's identity
     assert (r.status_code, r.json()["error"]["code"]) == (403, "not_your_node")
-    assert authed.get("/v1/nodes/N1/work", headers=bearer("tn2")).status_code == 403
-    assert authed.get("/v1/nodes/N1/work", headers=bearer("tn1")).status_code == 200
+    assert (
+        authed.get("/v1/nodes/N1/work", headers=bearer("tn2-0123456789abcdef")).status_code == 403
+    )
+    assert (
+        authed.get("/v1/nodes/N1/work", headers=bearer("tn1-0123456789abcdef")).status_code == 200
+    )
 
 
 def test_cancel_by_a_stranger_is_403_by_the_submitter_or_an_admin_200(authed):
-    node(authed, "N1", headers=bearer("tn1"))
-    assert authed.post("/v1/runs", json=contract("a"), headers=bearer("tc1")).status_code == 201
-    assert authed.post("/v1/runs/a/cancel", headers=bearer("tc2")).status_code == 403
-    assert authed.post("/v1/runs/a/cancel", headers=bearer("tad")).status_code == 200
-    authed.post("/v1/runs", json=contract("b"), headers=bearer("tc1"))
-    assert authed.post("/v1/runs/b/cancel", headers=bearer("tc1")).status_code == 200
+    node(authed, "N1", headers=bearer("tn1-0123456789abcdef"))
+    assert (
+        authed.post(
+            "/v1/runs", json=contract("a"), headers=bearer("tc1-0123456789abcdef")
+        ).status_code
+        == 201
+    )
+    assert (
+        authed.post("/v1/runs/a/cancel", headers=bearer("tc2-0123456789abcdef")).status_code == 403
+    )
+    assert (
+        authed.post("/v1/runs/a/cancel", headers=bearer("tad-0123456789abcdef")).status_code == 200
+    )
+    authed.post("/v1/runs", json=contract("b"), headers=bearer("tc1-0123456789abcdef"))
+    assert (
+        authed.post("/v1/runs/b/cancel", headers=bearer("tc1-0123456789abcdef")).status_code == 200
+    )
 
 
 def test_roles_nodes_cannot_submit_and_clients_cannot_advertise(authed):
-    assert authed.post("/v1/runs", json=contract("a"), headers=bearer("tn1")).status_code == 403
-    assert node(authed, "N9", headers=bearer("tc1")).status_code == 403
+    assert (
+        authed.post(
+            "/v1/runs", json=contract("a"), headers=bearer("tn1-0123456789abcdef")
+        ).status_code
+        == 403
+    )
+    assert node(authed, "N9", headers=bearer("tc1-0123456789abcdef")).status_code == 403
 
 
 def test_the_caller_is_checked_before_the_request_is_read(authed):
@@ -277,10 +298,16 @@ def test_the_caller_is_checked_before_the_request_is_read(authed):
     without a valid token learns nothing about what the route would accept."""
     junk = {"node_id": 5, "capabilities": []}
     assert authed.post("/v1/nodes", json=junk).status_code == 401
-    assert authed.post("/v1/nodes", json=junk, headers=bearer("tc1")).status_code == 403
-    assert authed.post("/v1/nodes", json=junk, headers=bearer("tn1")).status_code == 400
+    assert (
+        authed.post("/v1/nodes", json=junk, headers=bearer("tc1-0123456789abcdef")).status_code
+        == 403
+    )
+    assert (
+        authed.post("/v1/nodes", json=junk, headers=bearer("tn1-0123456789abcdef")).status_code
+        == 400
+    )
     assert authed.get("/v1/runs?limit=0").status_code == 401
-    assert authed.get("/v1/runs?limit=0", headers=bearer("tc1")).status_code == 400
+    assert authed.get("/v1/runs?limit=0", headers=bearer("tc1-0123456789abcdef")).status_code == 400
 
 
 def test_a_router_is_an_app_of_its_own(med):

@@ -278,7 +278,10 @@ def test_a_server_that_is_down_is_retried_and_logged_once(clock, caplog):
 
 def test_a_node_the_server_refuses_for_good_exits_1(serve, tmp_path, clock):
     tokens = tmp_path / "tokens.toml"
-    tokens.write_text('[[token]]\ntoken = "tn1"\nprincipal = "lab"\nrole = "node"\n')
+    tokens.write_text(
+        '[[token]]\ntoken = "tn1-0123456789abcdef"\nprincipal = "lab"\nrole = "node"\n'
+    )
+    tokens.chmod(0o600)  # a tokens file must be private (docs/security.md)
     url = serve(Tokens.load(str(tokens)))
     with Client(url, token="wrong") as client:
         node = Daemon(client, "n1", BOARD, clock=clock, sleep=clock.sleep)
@@ -287,7 +290,7 @@ def test_a_node_the_server_refuses_for_good_exits_1(serve, tmp_path, clock):
         assert node.finished
     with Client(url, token="wrong") as client:
         assert Daemon(client, "n1", BOARD, clock=clock, sleep=clock.sleep).run() == 1
-    with Client(url, token="tn1") as client:
+    with Client(url, token="tn1-0123456789abcdef") as client:
         assert Daemon(client, "n1", BOARD, clock=clock, sleep=clock.sleep).tick() is False
 
 

@@ -207,7 +207,7 @@ class ReplayStream(Stream):
     def __init__(self, port: int, last_event_id: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock.sendall(
-            b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n"
+            b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
             + f"Last-Event-ID: {last_event_id}\r\n\r\n".encode()
         )
         self.data = b""

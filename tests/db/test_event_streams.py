@@ -49,7 +49,7 @@ class Stream:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         auth = f"Authorization: Bearer {token}\r\n" if token else ""
         self.sock.sendall(
-            f"GET /v1/events{query} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n"
+            f"GET /v1/events{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
             f"{auth}\r\n".encode()
         )
         self.data = b""
@@ -172,7 +172,11 @@ def test_clients_that_vanish_without_closing_are_released_within_a_keepalive(ser
 
 
 # ---- caps ------------------------------------------------------------------------------------
-TOKENS = {"ta": "alice", "tb": "bob", "tc": "carol"}
+TOKENS = {
+    "ta-0123456789abcdef": "alice",
+    "tb-0123456789abcdef": "bob",
+    "tc-0123456789abcdef": "carol",
+}
 
 
 @pytest.fixture
@@ -184,6 +188,7 @@ def tokens(tmp_path: Any) -> Tokens:
             for t, name in TOKENS.items()
         )
     )
+    p.chmod(0o600)  # a tokens file must be private (docs/security.md)
     return Tokens.load(str(p))
 
 
@@ -201,17 +206,19 @@ class TestCaps:
     ):
         url = serve(tokens)
         port = port_of(url)
-        admitted = open_streams(port, 4, streams, "ta")
-        fifth = Stream(port, "ta")
+        admitted = open_streams(port, 4, streams, "ta-0123456789abcdef")
+        fifth = Stream(port, "ta-0123456789abcdef")
         streams.append(fifth)
         assert fifth.status() == 503  # per principal: alice holds her 4
         head = fifth.read_until(b"}")
         assert b"retry-after: 10" in head.lower()
         assert b'"too_many_streams"' in head and b"4 event streams" in head
 
-        admitted += open_streams(port, 4, streams, "tb")
-        admitted += open_streams(port, 2, streams, "tc")  # 10 in all: the total cap
-        over = Stream(port, "tc")
+        admitted += open_streams(port, 4, streams, "tb-0123456789abcdef")
+        admitted += open_streams(
+            port, 2, streams, "tc-0123456789abcdef"
+        )  # 10 in all: the total cap
+        over = Stream(port, "tc-0123456789abcdef")
         streams.append(over)
         assert over.status() == 503
         assert b"10 event streams" in over.read_until(b"}")
@@ -220,13 +227,15 @@ class TestCaps:
         refused = [Stream(port, list(TOKENS)[i % 3]) for i in range(100)]
         streams.extend(refused)
         assert [s.status() for s in refused] == [503] * 100
-        with httpx.Client(base_url=url, timeout=10, headers={"Authorization": "Bearer ta"}) as http:
+        with httpx.Client(
+            base_url=url, timeout=10, headers={"Authorization": "Bearer ta-0123456789abcdef"}
+        ) as http:
             assert http.get("/v1/runs").status_code == 200
             assert gauge(http) == 10
             for s in admitted:
                 s.close()
             eventually(lambda: gauge(http) == 0, timeout=10 * KEEPALIVE)
-        open_streams(port, 4, streams, "ta")  # the places came back
+        open_streams(port, 4, streams, "ta-0123456789abcdef")  # the places came back
 
 
 # ---- replay, then live: no event skipped or repeated -----------------------------------------

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.db
 
 @pytest.fixture
 def client(med):
-    with TestClient(create_app(med)) as c:
+    with TestClient(create_app(med), base_url="http://127.0.0.1") as c:
         yield c
 
 

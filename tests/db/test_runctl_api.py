@@ -275,11 +275,14 @@ def test_wait_gives_up_after_its_timeout(cli, nodes, tmp_path):
 
 def test_the_token_comes_from_the_environment(serve, tmp_path, monkeypatch):
     tokens = tmp_path / "tokens.toml"
-    tokens.write_text('[[token]]\ntoken = "tc1"\nprincipal = "alice"\nrole = "client"\n')
+    tokens.write_text(
+        '[[token]]\ntoken = "tc1-0123456789abcdef"\nprincipal = "alice"\nrole = "client"\n'
+    )
+    tokens.chmod(0o600)  # a tokens file must be private (docs/security.md)
     cli = Runctl(serve(Tokens.load(str(tokens))))
     assert cli("list") == 1
     assert cli.err.startswith("runctl: 401 unauthorized: ")
-    monkeypatch.setenv("MEDIATOR_TOKEN", "tc1")
+    monkeypatch.setenv("MEDIATOR_TOKEN", "tc1-0123456789abcdef")
     assert cli("list") == 0
     assert cli.lines == ["(none)"]
 

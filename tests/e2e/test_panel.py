@@ -299,9 +299,10 @@ def test_a_server_with_tokens_gets_one_through_the_header_form(dsn, tmp_path, pa
     """Without --dev every route wants a bearer token: the panel asks for one on a 401."""
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(
-        '[[token]]\ntoken = "tc-alice"\nprincipal = "alice"\nrole = "client"\n\n'
-        '[[token]]\ntoken = "tn-x"\nprincipal = "bench-x"\nrole = "node"\n'
+        '[[token]]\ntoken = "tc-alice-0123456789abcdef"\nprincipal = "alice"\nrole = "client"\n\n'
+        '[[token]]\ntoken = "tn-x-0123456789abcdef"\nprincipal = "bench-x"\nrole = "node"\n'
     )
+    tokens.chmod(0o600)  # a tokens file must be private (docs/security.md)
     argv = [sys.executable, "-m", "mediator.cli.main",
             "--data", str(tmp_path / "pg"), "--records", str(tmp_path / "records"),
             "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", dsn,
@@ -312,7 +313,7 @@ def test_a_server_with_tokens_gets_one_through_the_header_form(dsn, tmp_path, pa
         with httpx.Client(base_url=server.url, timeout=10) as http:
             node = {"node_id": "X", "label": "bench X", "capabilities": {"board": "x"},
                     "instance": "i1"}  # fmt: skip
-            headers = {"Authorization": "Bearer tn-x"}
+            headers = {"Authorization": "Bearer tn-x-0123456789abcdef"}
             http.post("/v1/nodes", json=node, headers=headers).raise_for_status()
         page.goto(f"{server.url}/?refresh={REFRESH_MS}")
         form = page.locator("#token-form")
@@ -324,7 +325,7 @@ def test_a_server_with_tokens_gets_one_through_the_header_form(dsn, tmp_path, pa
         expect(page.locator("#status")).to_contain_text("not known")
         expect(form).to_be_visible()
 
-        form.locator("input").fill("tc-alice")
+        form.locator("input").fill("tc-alice-0123456789abcdef")
         form.get_by_role("button", name="Use").click()
         expect(page.locator('[data-node="X"] h3')).to_have_text("bench X")
         expect(form).to_be_hidden()

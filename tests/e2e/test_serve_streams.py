@@ -20,7 +20,9 @@ def test_sigterm_ends_open_event_streams_and_the_server_exits_0(dsn, tmp_path):
     host, port = server.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
     try:
-        sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+        sock.sendall(
+            b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
+        )
         data = b""
         while b": connected" not in data:
             data += sock.recv(4096)

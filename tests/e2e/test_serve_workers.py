@@ -110,7 +110,7 @@ def _open_stream(url: str) -> tuple[socket.socket, bytes]:
     head (status line and headers)."""
     host, port = url.removeprefix("http://").split(":")
     s = socket.create_connection((host, int(port)), timeout=30)
-    s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n")
+    s.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = s.recv(4096)

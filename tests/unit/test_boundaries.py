@@ -53,7 +53,10 @@ RULES = (
          ("mediator/api/ui",), static=True),
     Rule("the ticket queue does not import the Mediator's store, API or orchestration",
          ("mediator/tickets",), ("mediator.store", "mediator.api", "mediator.flows",
-                                 "mediator.pg", "psycopg")),
+                                 "mediator.pg", "psycopg"),
+         allowed=("mediator.api.guard", "mediator.api.guard.Guard",
+                  "mediator.api.guard.LOOPBACK_HOSTS", "mediator.api.guard.bounded_h11")),
+    # ^ plain HTTP refusals and bounds, no Mediator inside (issue 25 §1, §4)
     Rule("enode does not import the panel, the store or the API internals", ("mediator/enode",),
          ("mediator.api", "mediator.store", "mediator.flows", "psycopg")),
     # rows type their timestamps as datetime values; reading the clock is refused by

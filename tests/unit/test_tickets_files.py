@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,6 +28,11 @@ from mediator.tickets.worker import Worker, WorkerConfig
 
 NOW = 1_741_000_000.0
 SECRET = "---\ntitle: the tokens file\nkind: ticket\n---\ntoken=s3cr3t-token-do-not-show\n"
+
+
+def page_client(app: Any, **kw: Any) -> TestClient:
+    """A client as the board's page is one: its writes carry the page's CSRF token."""
+    return TestClient(app, headers={"X-CSRF-Token": app.state.csrf}, **kw)
 
 
 @pytest.fixture
@@ -89,7 +95,7 @@ def test_a_symlink_planted_as_a_ticket_is_listed_invalid_and_never_followed(
     assert code == 0 and "s3cr3t" not in out and "tokens file" not in out
     assert "bbbbbbbbbbb2.md  invalid: a symbolic link (never followed)" in out
 
-    client = TestClient(create_app(queue, clock=lambda: NOW))
+    client = page_client(create_app(queue, clock=lambda: NOW))
     detail = client.get("/api/tickets/bbbbbbbbbbb2")
     assert detail.status_code == 404 and "s3cr3t" not in detail.text
     assert "symbolic link" in detail.json()["error"]
@@ -213,7 +219,7 @@ def test_every_board_route_refuses_a_name_outside_the_queue(
     evil.parent.mkdir(exist_ok=True)
     evil.write_text("---\nsession_id: s-1\nfailures: 3\n---\nmine\n")
     before = evil.read_bytes()
-    client = TestClient(create_app(queue, clock=lambda: NOW), raise_server_exceptions=False)
+    client = page_client(create_app(queue, clock=lambda: NOW), raise_server_exceptions=False)
     for name in ("..%2Foutside%2Fevil", "%2E%2E", ".hidden", "a%00b", "x" * 200):
         for method, route, body in (
             ("GET", "", None),
@@ -278,7 +284,7 @@ def test_malformed_files_are_invalid_with_their_reason_and_never_dispatched(
         assert f"  {name}  invalid: {reason}" in out
     assert "0 tickets · 9 invalid files (see the bell)" in out
 
-    board = TestClient(create_app(queue, clock=lambda: NOW)).get("/api/board").json()
+    board = page_client(create_app(queue, clock=lambda: NOW)).get("/api/board").json()
     assert {i["file"]: i["reason"] for i in board["invalid"]} == expected
     assert board["totals"]["invalid"] == 9 and board["bell"]["count"] == 9
 
@@ -318,7 +324,7 @@ def test_an_answer_ten_times_too_long_is_refused_naming_the_field(
 ) -> None:
     h = asking(queue)
     huge = "y" * (10 * MAX_TEXT_CHARS)
-    client = TestClient(create_app(queue, clock=lambda: NOW))
+    client = page_client(create_app(queue, clock=lambda: NOW))
     response = client.post(f"/api/tickets/{h}/answer", json={"text": huge})
     assert response.status_code == 400
     assert response.json()["error"].startswith(f"text: longer than {MAX_TEXT_CHARS} characters")
@@ -333,7 +339,7 @@ def test_an_answer_ten_times_too_long_is_refused_naming_the_field(
 
 def test_a_malformed_request_body_is_a_400_naming_the_field(queue: QueueDir) -> None:
     h = asking(queue)
-    client = TestClient(create_app(queue, clock=lambda: NOW))
+    client = page_client(create_app(queue, clock=lambda: NOW))
     for body in (None, {}, {"text": 5}, [1, 2]):
         response = client.post(f"/api/tickets/{h}/answer", json=body)
         assert response.status_code == 400, body

@@ -15,7 +15,9 @@ NOW = 1_741_000_000.0  # 2025-03-03T11:06:40Z
 
 
 def client_for(queue: QueueDir, refresh_seconds: float = 5.0) -> TestClient:
-    return TestClient(create_app(queue, refresh_seconds=refresh_seconds, clock=lambda: NOW))
+    """A client as the board's page is one: its writes carry the page's CSRF token."""
+    app = create_app(queue, refresh_seconds=refresh_seconds, clock=lambda: NOW)
+    return TestClient(app, headers={"X-CSRF-Token": app.state.csrf})
 
 
 def test_the_page_rereads_every_five_seconds_unless_told_otherwise(tmp_path: Path) -> None:

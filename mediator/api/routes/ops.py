@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from mediator.api.deps import WORKER, Med, MetricsOf
+from mediator.api.deps import WORKER, Feed, Med, MetricsOf
 from mediator.api.schemas import Health
 from mediator.core.errors import MediatorError
 
@@ -19,15 +19,18 @@ router = APIRouter(tags=["ops"])
     response_model=None,
     responses={
         200: {"model": Health},
-        503: {"model": Health, "description": "The database is out of reach."},
+        503: {"model": Health, "description": "The database or the event listener is down."},
     },
 )
-def healthz(med: Med) -> JSONResponse:
+def healthz(med: Med, feed: Feed) -> JSONResponse:
     try:
         med.ping()
         backlog = med.record_backlog()
     except MediatorError:
         return JSONResponse({"status": "unavailable", "database": "unreachable"}, 503)
+    if feed.listener_state in ("failing", "dead"):  # streams get no events (issue 25 §4)
+        state = {"status": "unavailable", "database": "ok", "events": feed.listener_state}
+        return JSONResponse(state, 503, headers=WORKER)
     return JSONResponse({"status": "ok", "database": "ok", **backlog}, headers=WORKER)
 
 

@@ -36,10 +36,13 @@ async function api(path, options = {}) {
   return body;
 }
 
+// Every write carries the page's CSRF token (docs/security.md "Browsers and local pages").
+const CSRF = document.querySelector('meta[name="csrf-token"]')?.content || "";
+
 function post(path, payload) {
   return api(path, {
     method: "POST",
-    headers: { "content-type": "application/json" },
+    headers: { "content-type": "application/json", "x-csrf-token": CSRF },
     body: JSON.stringify(payload || {}),
   });
 }

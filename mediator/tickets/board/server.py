@@ -9,10 +9,12 @@ and retry.
 
 from __future__ import annotations
 
+import html
+import secrets
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel
 
+from mediator.api.guard import LOOPBACK_HOSTS, Guard, bounded_h11
 from mediator.tickets import store, view
 from mediator.tickets.files import BadInput, NotATicketFile
 from mediator.tickets.frontmatter import Document, render_value
@@ -45,6 +48,8 @@ def create_app(
     refresh_seconds: float = 5.0,
     max_failures: int = DEFAULT_MAX_FAILURES,
     clock: Callable[[], float] = time.time,
+    hosts: Collection[str] | None = None,
+    csrf: str | None = None,
 ) -> FastAPI:
     """The board application for one queue folder.
 
@@ -53,8 +58,24 @@ def create_app(
         refresh_seconds: How often the page re-reads the queue (seed 001: every 5 s).
         max_failures: Failed sessions after which the bell lists a ticket.
         clock: Epoch seconds; answer badges count days from it.
+        hosts: The ``Host`` names the board answers to (``None``: any; :func:`serve` gives
+            loopback and the bound address).
+        csrf: The token every write must carry in ``X-CSRF-Token`` (default: a fresh random
+            one, in ``app.state.csrf``). The page gets it inside its HTML, which no other
+            origin can read (docs/security.md "Browsers and local pages").
     """
     app = FastAPI(title="tickets board", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.csrf = csrf or secrets.token_urlsafe(32)
+    app.add_middleware(Guard, hosts=hosts, csrf=app.state.csrf)  # issue 25 §1
+    page = (
+        (STATIC / "index.html")
+        .read_text("utf-8")
+        .replace(
+            "<head>",
+            f'<head>\n  <meta name="csrf-token" content="{html.escape(app.state.csrf)}">',
+            1,
+        )
+    )
 
     @app.exception_handler(Refused)
     async def refused(_: Any, error: Refused) -> JSONResponse:
@@ -73,8 +94,8 @@ def create_app(
         return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid')}"}, status_code=400)
 
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
+    def index() -> Response:
+        return Response(page, media_type="text/html", headers={"Cache-Control": "no-store"})
 
     @app.get("/favicon.ico", include_in_schema=False)
     def favicon() -> Response:
@@ -162,8 +183,11 @@ def serve(
     sock.bind((host, port))
     sock.listen(128)
     bound_port = sock.getsockname()[1]
-    app = create_app(queue, refresh_seconds=refresh_seconds, max_failures=max_failures)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    hosts = LOOPBACK_HOSTS | {host.strip("[]").lower()}
+    app = create_app(queue, refresh_seconds=refresh_seconds, max_failures=max_failures, hosts=hosts)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, http=bounded_h11())
+    )
     shown = f"[{host}]" if ":" in host else host
     print(f"board: http://{shown}:{bound_port}/", flush=True, file=sys.stdout)
     server.run(sockets=[sock])
