@@ -326,6 +326,7 @@ WHY: dict[int, str] = {
     404: "No such run, step, node, ask or record file.",
     409: "The state forbids it now (step not claimable, stale attempt, run ended, …).",
     413: "The request body is larger than the server's limit.",
+    429: "A per-principal cap on queued runs or needs classes is reached; see Retry-After.",
     503: "The Mediator cannot reach its database; try again.",
 }
 # Every /v1 route can give these: 401 (only a --dev server never does) and 503.

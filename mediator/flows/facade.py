@@ -194,15 +194,21 @@ class Mediator:
 
     # ---- submit and the queue (mediator/flows/submit.py, sweep.py) -------------------------------
     def submit(
-        self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
+        self,
+        contract: dict[str, Any],
+        principal: str | None = "cli",
+        dry_run: bool = False,
+        *,
+        capped: bool = False,
     ) -> Submission:
         """Submit a run: its :class:`~mediator.flows.submit.Outcome` — started (RUNNING), queued,
         existing (R3) or dry run, rejected (FAILED) — and the run as committed.
 
         Raises:
             ContractError: the contract is malformed (400); nothing is written.
+            TooMany: ``capped`` and the principal's queue is full (429, docs/security.md).
         """
-        return submit_flow.submit(self.ctx, contract, principal, dry_run)
+        return submit_flow.submit(self.ctx, contract, principal, dry_run, capped=capped)
 
     def wake_queued(self) -> WakeReport:
         """The promotion sweep over the queue, FIFO with skipping (timed for the observers).

@@ -22,8 +22,18 @@ SELECT mediator_now(%(now)s) AS observed_at
 -- With the submit's run_id it also says whether that run exists (R3: the submit then answers
 -- the existing run), so a submit reads once (issue 13): always one row at least, its node
 -- columns NULL when no live node might serve.
-SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy
-FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing) e
+-- With the submitter it also counts that principal's QUEUED runs and distinct needs classes, and
+-- says whether this contract's class is among them: the per-principal caps (docs/security.md
+-- "Fair under floods") ride on the same read, one index range of runs_queue_submitter.
+SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy,
+       e.queued, e.classes, e.has_class
+FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing,
+             q.queued, q.classes, q.has_class
+      FROM (SELECT count(*) AS queued, count(DISTINCT needs_key) AS classes,
+                   coalesce(bool_or(needs_key = %(key)s), false) AS has_class
+            FROM runs
+            WHERE state = 'QUEUED' AND submitter = %(submitter)s
+              AND %(submitter)s::text IS NOT NULL) q) e
 LEFT JOIN LATERAL (
     SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
     FROM nodes n

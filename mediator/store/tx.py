@@ -84,6 +84,9 @@ class SubmitRead(NamedTuple):
 
     exists: bool
     fleet: list[FleetNode]
+    queued: int = 0  # the submitter's QUEUED runs (docs/security.md "Fair under floods")
+    classes: int = 0  # … their distinct needs classes
+    has_class: bool = False  # … whether this contract's class is one of them
 
 
 class SweepHead(NamedTuple):
@@ -122,11 +125,21 @@ class Tx(Statements):
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
         return self.submit_read(roles, None).fleet
 
-    def submit_read(self, roles: dict[str, dict[str, Any]], run_id: str | None) -> SubmitRead:
-        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
-        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple)
-        fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
-        return SubmitRead(bool(rows and rows[0][0]), fleet)
+    def submit_read(
+        self,
+        roles: dict[str, dict[str, Any]],
+        run_id: str | None,
+        submitter: str | None = None,
+        key: str = "",
+    ) -> SubmitRead:
+        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`;
+        with ``submitter``, that principal's queued runs and classes (``key``'s among them)."""
+        params = {"roles": Jsonb(roles), "run_id": run_id, "submitter": submitter, "key": key}
+        rows = self._rows("fleet_for", params, row=tuple)
+        fleet = [FleetNode(*r[1:6]) for r in rows if r[1] is not None]
+        first = rows[0] if rows else (False, None, None, None, None, None, 0, 0, False)
+        return SubmitRead(bool(first[0]), fleet, int(first[6] or 0), int(first[7] or 0),
+                          bool(first[8]))  # fmt: skip
 
     def live_adverts(self) -> list[LiveAdvert]:
         return self._rows("live_adverts", row=LiveAdvert)
