@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from mediator import Config
 from mediator.api import create_app
 from mediator.api.auth import Tokens
-from tests.db.conftest import contract
+from tests.db.conftest import advert, contract
 from tests.db.test_api import bearer, finish, node
 
 ALICE, BOB = bearer("tc1"), bearer("tc2")
@@ -103,3 +103,85 @@ def test_a_dry_run_and_an_existing_run_id_are_never_capped(capped):
     queued = capped.get("/v1/runs?state=QUEUED", headers=ALICE).json()["runs"][0]["run_id"]
     again = capped.post("/v1/runs", json=contract(queued, dut={"board": "x"}), headers=ALICE)
     assert again.status_code == 200 and again.json()["state"] == "QUEUED"
+
+
+# ---- docs/design.md §6 "Sweeps remember" ---------------------------------------------------------
+FLOOD, BOARDS = 5_000, 10
+
+
+def flood(med, clock, n=FLOOD):
+    """``n`` QUEUED runs, each in its own needs class: run i needs two roles served by a node of
+    board ``b{i % 10}``. Written in bulk (a submit per run would take minutes); the rows are what
+    ``create_queued_run`` writes. Arrival order is i's order (R6)."""
+    with med.store.autocommit() as tx:
+        tx.conn.execute(
+            """
+            WITH c AS (
+                SELECT i, format('flood-%%s', lpad(i::text, 5, '0')) AS id,
+                       jsonb_build_object(
+                           'dut', jsonb_build_object('board', 'b' || (i %% %s)),
+                           'r' || lpad(i::text, 5, '0'),
+                           jsonb_build_object('board', 'b' || (i %% %s))) AS needs
+                FROM generate_series(0, %s - 1) AS i
+            ), k AS (
+                INSERT INTO needs_classes (needs_key, needs) SELECT id, needs FROM c
+            ), r AS (
+                INSERT INTO runs (run_id, state, contract, needs_key, submitter, created_at)
+                SELECT id, 'QUEUED', jsonb_build_object('run_id', id, 'roles', needs), id,
+                       'flooder', %s::timestamptz + i * interval '1 millisecond'
+                FROM c
+            )
+            INSERT INTO steps (run_id, seq, name, kind, role, uses, state)
+            SELECT id, 0, 'dut-0', 'exec', 'dut', 'shell', 'PENDING' FROM c
+            """,
+            (BOARDS, BOARDS, n, clock.now),
+        )
+
+
+def test_a_release_of_one_node_rematches_only_the_classes_that_node_serves(med, clock, monkeypatch):
+    """§6 "Sweeps remember": with 5,000 distinct classes queued behind ten busy nodes, the sweep
+    that follows the release of node N3 calls the matcher only for classes N3 can serve (500 of
+    them), answers the other 4,500 from the last sweep, and promotes the first b3 run in arrival
+    order (R6). Before, every sweep matched all 5,000 classes."""
+    for j in range(BOARDS):
+        advert(med, f"N{j}", board=f"b{j}")
+    advert(med, "idle", board="z")  # a free node no class wants: the sweep has work to do
+    busy = {}
+    for j in range(BOARDS):
+        clock.advance(1)
+        sub = med.submit(contract(dut={"board": f"b{j}"}))
+        assert sub.outcome == "started"
+        busy[j] = sub.run.run_id
+    clock.advance(1)
+    flood(med, clock)
+
+    cold = med.wake_queued()  # the first sweep matches every class once
+    assert (cold.matched, cold.remembered, cold.promoted) == (FLOOD, 0, [])
+    again = med.wake_queued()  # nothing changed: nothing is matched again
+    assert (again.matched, again.remembered, again.promoted) == (0, FLOOD, [])
+
+    import mediator.flows.sweep as sweep_mod
+
+    boards: list[str] = []
+
+    def recording(needs, *args):
+        boards.extend({need["board"] for need in needs.values()})
+        return real(needs, *args)
+
+    real = sweep_mod.match
+    monkeypatch.setattr(sweep_mod, "match", recording)
+    reports = []
+    med.ctx.sweep_observers.append(lambda _s, report: reports.append(report))
+    finish_in_process(med, busy[3], "N3")  # wake 1: the result releases N3
+
+    (woke,) = reports
+    assert woke.promoted == ["flood-00003"]  # the first b3 run in arrival order (R6, I7)
+    assert set(boards) == {"b3"}  # only classes N3 serves were matched
+    assert woke.remembered == FLOOD - FLOOD // BOARDS
+    assert 0 < woke.matched <= 2 * (FLOOD // BOARDS)  # before and after its own promotion
+
+
+def finish_in_process(med, run_id, node_id):
+    step = next(s for s in med.work(node_id) if s.run_id == run_id)
+    claimed = med.claim(run_id, step.seq, node_id)
+    return med.report(run_id, step.seq, node_id, claimed.attempt, "pass")
