@@ -257,8 +257,16 @@ class Client:
         return dict(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
 
     def nodes(self) -> dict[str, Any]:
-        """The live fleet (route 11): ``{observed_at, nodes}``."""
-        return dict(self._get("/v1/nodes"))
+        """The live fleet (route 11): ``{observed_at, nodes}``, every page followed
+        (``observed_at`` is the first page's)."""
+        first = dict(self._get("/v1/nodes?limit=1000"))
+        nodes, after = list(first["nodes"]), first.get("next")
+        while after:
+            page = self._get(f"/v1/nodes?limit=1000&after={quote(after, safe='')}")
+            nodes.extend(page["nodes"])
+            after = page.get("next")
+        first["nodes"], first["next"] = nodes, None
+        return first
 
     def asks(self) -> list[dict[str, Any]]:
         """Open asks (route 12)."""

@@ -280,6 +280,9 @@ class FleetNode(_Answer):
 class Fleet(_Answer):
     observed_at: datetime
     nodes: list[FleetNode]
+    next: str | None = Field(
+        description="Pass as `after` for the next page; null on the last page."
+    )
 
 
 class Ask(_Answer):

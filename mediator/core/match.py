@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mediator.core.capabilities import satisfies
+from mediator.core.limits import MAX_SEARCH_NEEDS
 
 NO_CANDIDATE: Final = "NO_CANDIDATE"
 ALL_BUSY: Final = "ALL_BUSY"
@@ -211,20 +212,12 @@ def match(
     roles = sorted(needs_by_role)
     if not roles:
         return Assignment(roles={}, width=0)
-    index = adverts if isinstance(adverts, AdvertIndex) else None
+    # One index, then a set lookup per need: a submit or dry run of many roles on a large
+    # fleet costs nodes × capabilities once, not roles × nodes ``satisfies`` calls (issue 25:
+    # 64 roles on 5,000 nodes took 1.5 s), and roles with equal needs share one answer.
+    index = adverts if isinstance(adverts, AdvertIndex) else AdvertIndex(adverts)
     blocked = unavailable if isinstance(unavailable, AbstractSet) else frozenset(unavailable)
-    if index is not None:
-        serves = [index.serving(needs_by_role[role]) for role in roles]
-    else:
-        fleet: dict[str, Mapping[str, Any]] = {}
-        for advert in adverts:  # type: ignore[union-attr]
-            if advert.node_id in fleet:
-                raise ValueError(f"two adverts for node {advert.node_id!r}")
-            fleet[advert.node_id] = advert.capabilities
-        serves = [
-            frozenset(node for node, caps in fleet.items() if satisfies(needs_by_role[role], caps))
-            for role in roles
-        ]
+    serves = [index.serving(needs_by_role[role]) for role in roles]
     for role, able in zip(roles, serves, strict=True):
         if not able:
             return _no_candidate(role, needs_by_role[role])
@@ -377,6 +370,26 @@ def narrowest(
             }
             return Assignment(roles=assigned, width=len(nodes))
     return None
+
+
+def search_budget(needs_by_role: Mapping[str, Mapping[str, Any]], max_width: int) -> str | None:
+    """Why the exact width search could exceed its budget for this contract, or None.
+
+    Roles with equal needs have equal ``C_r`` and fold onto one node (step 3), so the greedy
+    width is at most the number of distinct needs ``d``: with ``d <= max_width`` the search never
+    runs. Otherwise its states — the covered roles, as unions of equal-needs groups, and the
+    nodes left — number at most ``2^d × (max_width + 1)``, so ``d`` is capped at
+    ``MAX_SEARCH_NEEDS`` (docs/design.md §4 "Width, exactly"; docs/security.md). A contract
+    within the budget keeps the exact ``TOO_WIDE``; one beyond it is refused before any match.
+    """
+    distinct = len({json.dumps(dict(n), sort_keys=True) for n in needs_by_role.values()})
+    if distinct <= max_width or distinct <= MAX_SEARCH_NEEDS:
+        return None
+    return (
+        f"The roles have {distinct} distinct needs, more than max_width ({max_width}): finding "
+        f"whether they fit max_width could take too long past {MAX_SEARCH_NEEDS} distinct needs "
+        "(MAX_SEARCH_NEEDS). Give roles that can share a node the same needs, or use fewer roles."
+    )
 
 
 def _count_serving(node: str, roles_serving: Sequence[AbstractSet[str]]) -> int:

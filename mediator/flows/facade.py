@@ -292,9 +292,10 @@ class Mediator:
         """Runs newest first (seed 003 §4), with ``observed_at`` read first."""
         return reads_flow.list_runs(self.ctx, state, work_id, since, limit)
 
-    def list_nodes(self) -> Fleet:
-        """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
-        return reads_flow.list_nodes(self.ctx)
+    def list_nodes(self, after: str = "", limit: int | None = None) -> Fleet:
+        """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows;
+        paged by ``after`` (a node_id) and ``limit`` (None: every node, in one answer)."""
+        return reads_flow.list_nodes(self.ctx, after, limit)
 
     def node_principal(self, node_id: str) -> str | None:
         """The principal a node is bound to (None: unknown node) — for authorization only."""

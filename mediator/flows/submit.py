@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mediator.core import contract as contract_mod
 from mediator.core import limits
 from mediator.core.errors import ContractError, NodeTaken, TooMany
-from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
+from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match, search_budget
 from mediator.core.rows import FleetNode, Run
 from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
 from mediator.flows import gaps, reads
@@ -108,6 +108,12 @@ def submit(
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    too_costly = search_budget(needs, max_width)  # the width search's budget (§4, security.md)
+    if too_costly is not None:
+        existing = reads.read_run(ctx, given) if given is not None else None
+        if existing is not None:
+            return Submission(Outcome.EXISTING, existing)  # R3 first, as for a bad contract
+        raise ContractError(too_costly, field="roles", code="width_search_too_large")
     gaps.settle(ctx)  # a stall that just ended is given back before the fleet is read (§13)
     counted = principal or "" if capped and not dry_run else None
     with ctx.store.autocommit() as tx:  # only nodes that might serve it; the caps' counts

@@ -114,13 +114,15 @@ SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed 
 
 -- list_nodes --
 -- seed 003 §3.1: LEFT JOIN on the lease primary key cannot multiply rows; principal and nonce
--- are not selected, which is how they stay out.
+-- are not selected, which is how they stay out. Paged by node_id (keyset: after the last id of
+-- the previous page; LIMIT NULL is every row), so a node live across the pages is listed once.
 SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, n.drain,
        l.run_id AS lease_run_id, l.not_after AS lease_not_after
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s)
+WHERE n.expires_at > mediator_now(%(now)s) AND n.node_id > %(after)s
 ORDER BY n.node_id
+LIMIT %(limit)s
 
 -- list_runs --
 -- seed 003 §4: current[] by a correlated subquery so LIMIT counts runs, not steps; ties broken

@@ -153,9 +153,10 @@ class Tx(Statements):
     def unavailable_nodes(self) -> set[str]:
         return {r["node_id"] for r in self._rows("unavailable_nodes")}
 
-    def list_nodes(self) -> list[Node]:
+    def list_nodes(self, after: str = "", limit: int | None = None) -> list[Node]:
+        """Live nodes in node_id order past ``after``, at most ``limit`` (None: all)."""
         out = []
-        for r in self._rows("list_nodes"):
+        for r in self._rows("list_nodes", {"after": after, "limit": limit}):
             lease_run, lease_na = r.pop("lease_run_id"), r.pop("lease_not_after")
             lease = Lease(lease_run, lease_na) if lease_run is not None else None
             out.append(Node(**r, lease=lease))

@@ -8,6 +8,8 @@ runs, and leave other principals alone.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -185,3 +187,85 @@ def finish_in_process(med, run_id, node_id):
     step = next(s for s in med.work(node_id) if s.run_id == run_id)
     claimed = med.claim(run_id, step.seq, node_id)
     return med.report(run_id, step.seq, node_id, claimed.attempt, "pass")
+
+
+# ---- GET /v1/nodes, paged like the runs (docs/design.md §19) -------------------------------------
+def pages(client, limit):
+    """Every page of GET /v1/nodes, following ``next`` as ``after``."""
+    out, after = [], ""
+    while True:
+        page = client.get(f"/v1/nodes?limit={limit}&after={after}")
+        assert page.status_code == 200, page.text
+        out.append(page.json())
+        after = out[-1]["next"]
+        if after is None:
+            return out
+
+
+def test_nodes_pages_list_every_node_exactly_once_under_concurrent_adverts(med):
+    """A node live across the pages is listed exactly once, in node_id order, while adverts
+    renew it and new nodes arrive between the pages; the last page says ``next: null``."""
+    ids = [f"n{i:04d}" for i in range(230)]
+    for i in ids:
+        advert(med, i, board="x")
+    stop = threading.Event()
+
+    def advertising():
+        k = 0
+        while not stop.is_set():
+            advert(med, ids[k % len(ids)], board="x")  # a renewal
+            advert(med, f"m{k:05d}", board="y")  # a newcomer, also in the middle of the order
+            k += 1
+
+    with TestClient(create_app(med)) as client:
+        worker = threading.Thread(target=advertising)
+        worker.start()
+        try:
+            got = pages(client, 25)
+        finally:
+            stop.set()
+            worker.join()
+        listed = [n["node_id"] for page in got for n in page["nodes"]]
+        assert len(listed) == len(set(listed))  # nothing twice
+        assert listed == sorted(listed)  # node_id order across pages
+        assert set(ids) <= set(listed)  # every node live throughout, once
+        assert all(len(page["nodes"]) == 25 for page in got[:-1])
+        bad = client.get("/v1/nodes?limit=0")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "limit"
+
+
+def test_runctl_nodes_follows_the_pages_and_lists_every_node(med, serve):
+    """runctl nodes (and ``Client.nodes``) list a fleet larger than one page, every node once."""
+    from tests.db.test_runctl_api import Runctl
+
+    for i in range(1_100):
+        advert(med, f"n{i:04d}", board="x")
+    cli = Runctl(serve())
+    assert cli("nodes", "--json") == 0
+    assert [n["node_id"] for n in cli.body["nodes"]] == [f"n{i:04d}" for i in range(1_100)]
+    assert cli("nodes") == 0
+    assert len(cli.lines) == 1 + 1_100
+
+
+# ---- the exact width search's budget (docs/design.md §4, docs/security.md) -----------------------
+def test_a_contract_past_the_width_search_budget_is_refused_at_submit_and_dry_run(med):
+    """17 distinct role needs with max_width 4 could need the exponential search: 400 naming
+    ``roles`` before any match, for a submit and a dry run alike; nothing is written. 16 distinct
+    needs (the budget) and 64 roles of equal needs are matched as before, exactly."""
+    from mediator import ContractError
+    from mediator.core.limits import MAX_SEARCH_NEEDS
+
+    wide = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS + 1)}
+    for dry in (False, True):
+        with pytest.raises(ContractError) as refused:
+            med.submit(contract(**wide), dry_run=dry)
+        assert refused.value.field == "roles" and refused.value.code == "width_search_too_large"
+    assert med.list_runs().runs == ()
+    # within the budget: the exact answer (no node serves k0: NO_CANDIDATE, a rejected run)
+    within = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS)}
+    assert med.submit(contract(**within)).outcome == "rejected"
+    advert(med, "all", **{f"k{i}": True for i in range(MAX_SEARCH_NEEDS + 1)})
+    assert med.submit(contract(**within)).outcome == "started"  # one node serves all 16 roles
+    same = {f"r{i:02d}": {"board": "x"} for i in range(64)}  # one distinct need: no search
+    advert(med, "x", board="x")
+    assert med.submit(contract(**same), dry_run=True).dry_run["width"] == 1
