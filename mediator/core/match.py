@@ -136,6 +136,19 @@ class AdvertIndex:
                 for item in members:
                     self._equal.setdefault((key, _tag(item)), set()).add(advert.node_id)
 
+    def serves_any(self, needs: Mapping[str, Any]) -> bool:
+        """Whether some advert satisfies ``needs`` (``serving(needs)`` is not empty), without
+        caching: cheap for the few changed nodes a sweep checks every class against (§6)."""
+        found: set[str] | None = None
+        for key, want in needs.items():
+            have = self._truthy.get(key) if want is True else self._equal.get((key, _tag(want)))
+            if not have:
+                return False
+            found = set(have) if found is None else found & have
+            if not found:
+                return False
+        return bool(self.fleet)
+
     def serving(self, needs: Mapping[str, Any]) -> frozenset[str]:
         """``C_r``: the ids of the adverts whose capabilities satisfy ``needs``."""
         ck = json.dumps(needs, sort_keys=True)

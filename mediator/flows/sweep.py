@@ -113,7 +113,7 @@ class SweepMemo:
         return {
             k: r
             for k, r in kept.items()
-            if not any(touched.serving(need) for need in needs[k].values())
+            if not any(touched.serves_any(need) for need in needs[k].values())
         }
 
     def keep(self, fleet: Snapshot, answers: dict[str, Reject], max_width: int) -> None:

@@ -793,18 +793,18 @@ WITH RECURSIVE m AS (
 ), cls AS (
     SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
 )
-SELECT 'class' AS part, c.needs_key, c.needs, NULL::text AS node_id,
+SELECT 'class' AS part, c.needs_key, c.needs::text AS needs, NULL::text AS node_id,
        NULL::jsonb AS capabilities, NULL::text AS instance, NULL::text AS drain,
        NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at
 FROM cls c
 UNION ALL
-SELECT 'node', NULL, NULL, n.node_id, n.capabilities, n.instance, n.drain,
+SELECT 'node', NULL, NULL::text, n.node_id, n.capabilities, n.instance, n.drain,
        (l.node_id IS NOT NULL), NULL, NULL
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND EXISTS (SELECT 1 FROM cls)
 UNION ALL
-(SELECT 'queued', r.needs_key, NULL, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
+(SELECT 'queued', r.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
  FROM runs r
  WHERE r.state = 'QUEUED' AND EXISTS (SELECT 1 FROM cls)
  ORDER BY r.created_at, r.run_id

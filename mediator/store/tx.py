@@ -37,7 +37,7 @@ from mediator.core.rows import (
     Step,
 )
 from mediator.core.states import RunState, StepState, run_sources, step_sources
-from mediator.store.connector import Jsonb, Statements
+from mediator.store.connector import Jsonb, Statements, json_loads
 
 _GAPS_LOCK = 0x6D656467  # advisory lock id: one give-back of a gap at a time (Tx.give_back)
 
@@ -98,12 +98,28 @@ class SweepHead(NamedTuple):
     head: list[QueuedRun]
 
 
+# A class's needs as text → as decoded: every sweep reads every waiting class, and a flood of
+# classes (docs/design.md §6 "Sweeps remember") made decoding them most of a sweep. Keyed by the
+# text itself, so an entry is never wrong; emptied when it grows past its bound. Read-only use.
+_DECODED: dict[str, dict[str, Any]] = {}
+_DECODED_MAX = 100_000
+
+
+def _needs(text: str) -> dict[str, Any]:
+    found = _DECODED.get(text)
+    if found is None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        found = _DECODED[text] = json_loads(text)
+    return found
+
+
 def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
     """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
     classes, fleet, head = [], [], []
     for r in rows:
         if r["part"] == "class":
-            classes.append(NeedsClass(r["needs_key"], r["needs"]))
+            classes.append(NeedsClass(r["needs_key"], _needs(r["needs"])))
         elif r["part"] == "node":
             fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
                                    r["drain"], r["busy"]))  # fmt: skip
