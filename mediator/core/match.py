@@ -110,6 +110,12 @@ def _tag(value: object) -> tuple[str, object]:
     return ("s", value)
 
 
+def need_signature(needs: Mapping[str, Any]) -> frozenset[tuple[str, tuple[str, object]]]:
+    """One role's needs as a hashable value, JSON types kept (``true`` is not ``1``): equal
+    signatures are satisfied by the same adverts. TypeError for a value that is not hashable."""
+    return frozenset((key, _tag(want)) for key, want in needs.items())
+
+
 class AdvertIndex:
     """Live adverts indexed once by capability value, for many matches against one snapshot.
 

@@ -25,6 +25,7 @@ from mediator.core.match import (
     Assignment,
     Reject,
     match,
+    need_signature,
 )
 from mediator.core.rows import FleetNode, QueuedRun
 from mediator.flows.fleet import lease_rows, run_acquires, view
@@ -90,6 +91,21 @@ class SweepMemo:
         self._fleet: Snapshot | None = None
         self._width = 0
         self._answers: dict[str, Reject] = {}
+        # needs_key → its roles' distinct needs, as (signatures, one need per signature): a
+        # class's needs never change, and a flood's thousands of classes share few role needs.
+        self._roles: dict[str, tuple[frozenset[Any], ...]] = {}
+        self._need_of: dict[frozenset[Any], dict[str, Any]] = {}
+
+    def _signatures(self, key: str, needs: dict[str, dict[str, Any]]) -> tuple[frozenset[Any], ...]:
+        sigs = self._roles.get(key)
+        if sigs is None:
+            out = []
+            for need in needs.values():
+                sig = need_signature(need)
+                self._need_of.setdefault(sig, need)
+                out.append(sig)
+            sigs = self._roles[key] = tuple(out)
+        return sigs
 
     def recall(
         self, fleet: Snapshot, needs: dict[str, dict[str, dict[str, Any]]], max_width: int
@@ -110,11 +126,21 @@ class SweepMemo:
         if not changed or not kept:
             return kept
         touched = AdvertIndex(changed)
-        return {
-            k: r
-            for k, r in kept.items()
-            if not any(touched.serves_any(need) for need in needs[k].values())
-        }
+        if len(self._roles) > 200_000:  # bounded: forget and rebuild (before any lookup)
+            self._roles, self._need_of = {}, {}
+        try:
+            sigs = {k: self._signatures(k, needs[k]) for k in kept}
+        except TypeError:  # a need value that is not hashable: check each class directly
+            return {
+                k: r
+                for k, r in kept.items()
+                if not any(touched.serves_any(need) for need in needs[k].values())
+            }
+        distinct = {sig for roles in sigs.values() for sig in roles}
+        need_of = self._need_of
+        # A signature another thread just forgot counts as touched: matching again is exact.
+        hit = {sig for sig in distinct if sig not in need_of or touched.serves_any(need_of[sig])}
+        return {k: r for k, r in kept.items() if hit.isdisjoint(sigs[k])}
 
     def keep(self, fleet: Snapshot, answers: dict[str, Reject], max_width: int) -> None:
         """Keep ``answers``, each computed against ``fleet`` as read."""
