@@ -18,16 +18,16 @@ import resource
 import time
 from pathlib import Path
 
-from sim import gate
-from sim.engine import server_url
+from sim.brokers import mediator as engine
+from sim.brokers.mediator import server_url
+from sim.outputs import gate
 
 
 def _postmaster_cpu() -> float:
     """CPU seconds of the embedded server: the postmaster's own and that of its exited backends
     (a backend's time is added to the postmaster's ``cutime`` when it exits)."""
-    from sim import engine
 
-    pidfile = next(Path(engine._cluster.base_dir).rglob("postmaster.pid"))
+    pidfile = next(Path(engine.embedded_cluster().base_dir).rglob("postmaster.pid"))
     pid = int(pidfile.read_text().split()[0])
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")

@@ -27,9 +27,10 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from sim.model import run_model
-from sim.scenarios import steady
-from sim.workload import materialize
+# the package's own names, so that `--compare` runs on a revision of any layout
+from sim import SCENARIOS, materialize, run_model
+
+steady = SCENARIOS["steady"]
 
 TARGET = 50_000
 

@@ -24,9 +24,10 @@ import statistics
 import time
 
 import sim
-from sim import scenarios as S
-from sim.engine import simulate
-from sim.result import read_result
+from sim.brokers import mediator as engine
+from sim.brokers.mediator import simulate
+from sim.brokers.readback import read_result
+from sim.inputs import scenarios as S
 
 
 def cluster_cpu_s() -> float:
@@ -36,10 +37,9 @@ def cluster_cpu_s() -> float:
     A server process that has exited but is not yet reaped by the postmaster (a zombie: the
     simulation has just closed its connections) shows no CPU anywhere, so this waits, up to two
     seconds, until there is none; without it a run's whole server half could go missing."""
-    from sim import engine
 
     tick = os.sysconf("SC_CLK_TCK")
-    with open(os.path.join(engine._cluster.base_dir, "data", "postmaster.pid")) as f:
+    with open(os.path.join(engine.embedded_cluster().base_dir, "data", "postmaster.pid")) as f:
         postmaster = int(f.readline())
 
     def fields(pid: int) -> list[str]:

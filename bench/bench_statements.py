@@ -277,10 +277,10 @@ def print_flows(wall: list[Figure], virt: list[Figure], show: bool) -> None:
 def simulator(pg: EmbeddedPostgres, meter: Meter, runs: int) -> None:
     """The real-Mediator simulator and the reference model on the same plan, same server."""
     import sim
-    from sim import engine
-    from sim import scenarios as S
+    from sim.brokers import mediator as engine
+    from sim.inputs import scenarios as S
 
-    engine._cluster = pg  # simulations create their databases on this (pgss-enabled) server
+    engine.use_cluster(pg)  # simulations create their databases on this (pgss-enabled) server
     plan = sim.materialize(S.steady(runs=runs, seed=1))
     sim.run(S.steady(runs=20, seed=2), progress=False)  # warm the interpreter's imports
     meter.reset()

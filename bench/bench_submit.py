@@ -15,12 +15,19 @@ Target: figure ≥ 0.35 × baseline TPS. Prints one line per figure and the rati
 samples every serving process with py-spy while the rounds run and leaves py-spy's raw stacks in
 DIR (``bench/profile_breakdown.py DIR`` sums them by layer: docs/performance.md P1).
 
-Run: ``.venv/bin/python bench/bench_submit.py [--time 10] [--nodes 3000] [--workers 1 2]``.
+``--durable`` runs the cluster as ``mediator serve --data`` does: persistent on the disk (a fresh
+folder under /var/tmp, removed at the end) with PostgreSQL's durable defaults, fsync on — the
+baseline and the figure both pay one WAL flush per commit. Without it the cluster is the tests'
+ephemeral one on tmpfs with fsync off (docs/design.md §19 "The embedded database").
+
+Run: ``.venv/bin/python bench/bench_submit.py [--time 10] [--nodes 3000] [--workers 1 2]
+[--durable]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -142,6 +150,22 @@ def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def durable_or_ephemeral(durable: bool) -> Iterator[EmbeddedPostgres]:
+    """The cluster both measurements share: persistent on the disk (fsync on) or tmpfs."""
+    if not durable:
+        with EmbeddedPostgres() as pg:
+            yield pg
+        return
+    folder = tempfile.mkdtemp(prefix="mediator-bench-", dir="/var/tmp")
+    os.chmod(folder, 0o755)  # the server's unprivileged account enters it when we are root
+    try:
+        with EmbeddedPostgres(data_dir=os.path.join(folder, "pg")) as pg:
+            yield pg
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="P1: submit throughput over HTTP vs pgbench")
     ap.add_argument("--time", type=int, default=10, help="pgbench seconds (default: 10)")
@@ -151,8 +175,12 @@ def main() -> None:
                     help="server worker counts to measure (default: 1 2)")  # fmt: skip
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="sample the server with py-spy; raw stacks go to DIR")  # fmt: skip
+    ap.add_argument("--durable", action="store_true",
+                    help="a persistent cluster on the disk, fsync on, as `mediator serve --data` "
+                    "runs (default: off: an ephemeral tmpfs cluster, fsync off)")  # fmt: skip
     args = ap.parse_args()
-    with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory() as tmp:
+    with durable_or_ephemeral(args.durable) as pg, tempfile.TemporaryDirectory() as tmp:
+        print(f"cluster: {pg.kind}")
         baseline = pgbench_tps(pg, args.time)
         print(f"baseline pgbench TPC-B-like -c2 -j2: {baseline:,.0f} TPS")
         pg.ensure_database("p1")

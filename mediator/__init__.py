@@ -39,6 +39,7 @@ _EXPORTS = {
     "NodeTaken": "mediator.core.errors",
     "NotFound": "mediator.core.errors",
     "PostgresNotInstalled": "mediator.core.errors",
+    "DataDirInUse": "mediator.core.errors",
     "StoreUnavailable": "mediator.core.errors",
 }
 
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "ContractError",
+    "DataDirInUse",
     "DuplicateRun",
     "Fleet",
     "Forbidden",
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
         ConfigError,
         Conflict,
         ContractError,
+        DataDirInUse,
         DuplicateRun,
         Forbidden,
         MediatorError,

@@ -1,7 +1,7 @@
-"""``python -m sim``: see ``sim.cli``."""
+"""``python -m sim``: see ``sim.outputs.cli``."""
 
 import sys
 
-from sim.cli import main
+from sim.outputs.cli import main
 
 sys.exit(main())

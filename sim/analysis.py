@@ -5,7 +5,8 @@ for M/M/c — with independent replications, a warm-up cut and confidence interv
 seed"; and Little's law (L = λW) is checked on every run. This module holds those tools. It knows
 nothing of how a result was produced: the reference model and the real-Mediator engine feed it the
 same `runs` / `queue` tables, and it imports no part of the simulator (the replications that run
-the model, `replicate`, live beside `run_model` in `sim.model`), so the model can use it freely.
+the model, `replicate`, live beside `run_model` in `sim.brokers.model`), so the model can use it
+freely.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Interval:
 #: Batches for one run's intervals. Few long batches: with a fixed number of runs, long batches
 #: keep the batch statistics nearly independent when waits are strongly correlated (high load);
 #: the t quantile with 4 degrees of freedom pays for the small count honestly. Measured coverage
-#: of Erlang C's mean and p95 on M/M/3 (tests/unit/test_sim_coverage.py): 20 batches covered the
+#: of Erlang C's mean and p95 on M/M/3 (tests/unit/sim/test_sim_coverage.py): 20 batches covered the
 #: p95 in 84 % of seeds at rho = 2/3 and 35 % at 0.9; 5 batches 95 % and 71 % (4,000 runs).
 BATCHES = 5
 

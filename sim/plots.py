@@ -28,24 +28,12 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 from matplotlib.ticker import MaxNLocator
 
 from sim.analysis import mmc_p_wait_gt
-from sim.scenarios import Exponential, Poisson, Scenario
 
 
-def mmc_params(scenario: Scenario | None) -> tuple[float, float, int] | None:
-    """(λ, μ, c) when the scenario is M/M/c: Poisson arrivals, one template with one exec step of
-    exponential duration, no failures, identical nodes; else None."""
-    if scenario is None:
-        return None
-    wl = scenario.workload
-    groups = scenario.fleet.groups
-    if not isinstance(wl.arrivals, Poisson) or len(wl.templates) != 1 or len(groups) != 1:
-        return None
-    steps = wl.templates[0].steps
-    if len(steps) != 1 or steps[0].kind != "exec" or not isinstance(steps[0].duration, Exponential):
-        return None
-    if steps[0].fail_p or steps[0].retry_p or scenario.fleet.events:
-        return None
-    return wl.arrivals.rate, 1.0 / steps[0].duration.mean, groups[0].count
+def pyplot() -> Any:
+    """`matplotlib.pyplot`, with the headless backend this module selected when no display is
+    set: what a caller drawing its own figure (a capacity plan's chart) asks for."""
+    return plt
 
 
 def _measured_waits(result: Any) -> np.ndarray:
@@ -61,7 +49,7 @@ def waits(result: Any, ax: Any = None) -> Any:
     hist_ax, ecdf_ax = ax if isinstance(ax, np.ndarray | list | tuple) else (ax, None)
     w = _measured_waits(result)
     unit, name = time_unit(float(w.max()) if w.size else 0.0)
-    params = mmc_params(getattr(result, "scenario", None))
+    params = result.mmc_params() if hasattr(result, "mmc_params") else None
     if w.size:
         hist_ax.hist(w / unit, bins=50, color="#4C72B0", alpha=0.85)
     hist_ax.set_xlabel(f"queue wait ({name})")
@@ -122,12 +110,8 @@ def fleet_windows(result: Any) -> pd.DataFrame:
             for n, d, t in zip(events["node_id"], events["detail"], events["at_s"], strict=True)
             if "ignored" not in str(d)
         ]
-    elif getattr(result, "scenario", None) is not None:
-        sc = result.scenario
-        if sc.fleet.events or sc.fleet.random:
-            from sim.workload import materialize
-
-            rows = [(e.node_id, e.kind, e.at_s) for e in materialize(sc).fleet_events]
+    elif hasattr(result, "planned_fleet_events"):
+        rows = result.planned_fleet_events()
     end = float(result.end_s)
     out: list[tuple[str, str, float, float]] = []
     opened: dict[tuple[str, str], float] = {}

@@ -22,7 +22,7 @@ from mediator.store.connector import admin_execute, load_schema
 
 # The scheduler gate's fixture ``sim_check`` (issue 16 §4), loaded here rather than by an entry
 # point so that pytest-cov measures sim from its first import.
-pytest_plugins = ["sim.pytest_plugin"]
+pytest_plugins = ["sim.outputs.pytest_plugin"]
 
 TEMPLATE = "mediator_template"
 _counter = itertools.count()

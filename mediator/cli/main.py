@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import ipaddress
 import logging
 import multiprocessing
 import os
 import queue
-import re
 import shutil
 import signal
 import socket
-import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +30,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from mediator import tmpdirs
+from mediator.argtypes import SuggestingParser
 from mediator.config import Config
 from mediator.core.errors import ConfigError, MediatorError
 from mediator.records import Records
@@ -135,8 +135,7 @@ def serve(args: argparse.Namespace) -> int:
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # mediator/api/metrics.py; prometheus_client's switch
 
 
-_METRICS_PREFIX = "mediator-metrics-"  # then the serving parent's pid, then mkdtemp's letters
-_METRICS_NAME = re.compile(rf"{_METRICS_PREFIX}([0-9]{{1,10}})-[A-Za-z0-9_]+")
+_METRICS_PREFIX = "mediator-metrics-"  # then the serving parent's pid (mediator/tmpdirs.py)
 
 
 def _remove_orphaned_metrics() -> None:
@@ -144,31 +143,7 @@ def _remove_orphaned_metrics() -> None:
     power cut): ours by name and owner, a real directory (not a symlink), and their parent's
     pid no longer alive. A live server's directory, another account's, or anything that does
     not look like ours stays."""
-    parent = tempfile.gettempdir()
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        m = _METRICS_NAME.fullmatch(name)
-        if m is None:
-            continue
-        path = os.path.join(parent, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # its server is alive (or the pid is taken again: then it stays too)
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
-        shutil.rmtree(path, ignore_errors=True)  # fd-based: follows no symlink inside
-        log.info("removed %s, the metrics of a server that is gone", path)
+    tmpdirs.remove_orphans(_METRICS_PREFIX)
 
 
 @contextlib.contextmanager
@@ -189,7 +164,7 @@ def _metrics_mode(workers: int) -> Iterator[bool]:
         return
     fresh = "prometheus_client" not in sys.modules
     _remove_orphaned_metrics()
-    path = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
+    path = tmpdirs.make(_METRICS_PREFIX)
     os.environ[MULTIPROC_ENV] = path
     try:
         yield fresh
@@ -200,13 +175,43 @@ def _metrics_mode(workers: int) -> Iterator[bool]:
 
 def _serve(args: argparse.Namespace, config: Config, own_figures: bool) -> int:
     from mediator.api.auth import Tokens
-    from mediator.flows import Mediator
 
     try:
         tokens = Tokens(None) if args.dev else Tokens.load(config.tokens_file)
     except ConfigError as exc:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 2
+    # The port first (issue 29 §5): a port in use is said in one line before a cluster is made.
+    # The socket bound here is the one served, in this process or by every worker.
+    try:
+        sock = _bind(config.host, config.port)
+    except OSError as exc:
+        print(f"mediator: {_cannot_listen(config.host, config.port, exc)}", file=sys.stderr)
+        return 1
+    try:
+        return _serve_on(sock, args, config, tokens, own_figures)
+    finally:
+        sock.close()
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is in use (another server?); choose another with --port, "
+            "or --port 0 for any free one"
+        )
+    return f"cannot listen on {host} port {port}: {exc.strerror or exc}"
+
+
+def _serve_on(
+    sock: socket.socket,
+    args: argparse.Namespace,
+    config: Config,
+    tokens: Tokens,
+    own_figures: bool,
+) -> int:
+    from mediator.flows import Mediator
+
     data = Path(args.data).resolve()
     records_root = config.records_root or str(data.parent / "records")
     try:
@@ -225,17 +230,19 @@ def _serve(args: argparse.Namespace, config: Config, own_figures: bool) -> int:
         from mediator.api.metrics import Instruments
 
         Instruments(None).watch(med)  # the reaper's sweeps and failures count for the server
-    if not config.database_url:
+    if med.embedded is not None:
         # The embedded cluster's address is stable for a --data directory (unix socket, fixed
         # port); only this account can reach it (docs/security.md "The embedded database").
+        # Which kind it is — durable here, always (docs/design.md §19) — is said, not assumed.
+        print(f"mediator: embedded PostgreSQL, {med.embedded.kind}", flush=True)
         print(f"mediator: database {med.database_url}", flush=True)
     reaper = Reaper(med, config.renew_seconds)
     reaper.start()
     serving = Serving(config, tokens, args.dev, med.database_url, records_root)
     try:
         if config.workers == 1:
-            return _serve_here(med, serving)
-        return Workers(serving).run()
+            return _serve_here(med, serving, sock)
+        return Workers(serving).run(sock)
     finally:
         reaper.stop()
         med.close()
@@ -294,10 +301,10 @@ def _server(
     return server, stop
 
 
-def _serve_here(med: Mediator, serving: Serving) -> int:
-    """``--workers 1``: the API in this very process."""
+def _serve_here(med: Mediator, serving: Serving, sock: socket.socket) -> int:
+    """``--workers 1``: the API in this very process, on ``sock``."""
     server, _ = _server(med, serving, lambda port: print(serving.banner(port), flush=True))
-    server.run()
+    server.run(sockets=[sock])
     return 0
 
 
@@ -418,17 +425,14 @@ class Workers:
         proc.start()
         return proc
 
-    def run(self) -> int:
+    def run(self, sock: socket.socket) -> int:
+        """Serve ``sock`` (bound by the caller, :func:`_bind`) until SIGINT or SIGTERM."""
+
         def handle_exit(sig: int, frame: FrameType | None) -> None:
             self._stopping.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
-        try:
-            sock = _bind(self.serving.config.host, self.serving.config.port)
-        except OSError as exc:
-            print(f"mediator: cannot listen: {exc.strerror or exc}", file=sys.stderr)
-            return 1
         try:
             self._slots = [_Slot(self._spawn(sock)) for _ in range(self.n)]
             if not self._await_ready():
@@ -437,7 +441,6 @@ class Workers:
             return self._supervise(sock)
         finally:
             self._stop_all()
-            sock.close()
 
     def _heard(self, timeout: float) -> None:
         """Take the workers' messages: who listens now, and why one could not start."""
@@ -603,20 +606,41 @@ def records_verify(args: argparse.Namespace) -> int:
         print(f"mediator: {exc.message}", file=sys.stderr)
         return 2
     root = config.records_root or str(Path(args.data).resolve().parent / "records")
-    check = Records(root).verify(args.run_id)
+    run_id = _full_run_id(root, args.run_id)
+    if run_id is None:
+        print(f"{args.run_id}: no such record under {root}, nor one run id ending so")
+        return 1
+    check = Records(root).verify(run_id)
     if not check.sealed:
-        print(f"{args.run_id}: not sealed (no seal.json under {root})")
+        print(f"{run_id}: not sealed (no seal.json under {root})")
         return 1
     if check.ok:
-        print(f"{args.run_id}: ok — every file matches seal.json")
+        print(f"{run_id}: ok — every file matches seal.json")
         return 0
     for name in check.changed:
-        print(f"{args.run_id}: CHANGED {name}")
+        print(f"{run_id}: CHANGED {name}")
     for name in check.missing:
-        print(f"{args.run_id}: MISSING {name}")
+        print(f"{run_id}: MISSING {name}")
     for name in check.extra:
-        print(f"{args.run_id}: NOT SEALED {name}")
+        print(f"{run_id}: NOT SEALED {name}")
     return 1
+
+
+def _full_run_id(root: str, given: str) -> str | None:
+    """``given`` if the root has that record, else the one record whose run id ends with it —
+    ``runctl list``'s short ids, with or without their ``…`` (issue 29) — else None (none, or
+    several)."""
+    if os.path.isdir(os.path.join(root, given)):
+        return given
+    tail = given.removeprefix("…")
+    if len(tail) < 4:
+        return None
+    try:
+        with os.scandir(root) as entries:
+            found = [e.name for e in entries if e.name.endswith(tail) and e.is_dir()]
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -650,7 +674,7 @@ def _shared_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = SuggestingParser(
         prog="mediator", description="The Mediator job broker.", allow_abbrev=False
     )
     _shared_options(ap, top=True)
@@ -659,9 +683,10 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP API",
         description="Serve the Mediator's HTTP API (and the panel at /). Without --database-url "
-        "it runs an embedded PostgreSQL whose data lives in --data and survives restarts; the "
-        "server is reachable only by this account, over a unix socket (docs/security.md). "
-        "Prints the URL it serves on, and the embedded database's address.",
+        "it runs an embedded PostgreSQL whose data lives in --data and survives restarts and "
+        "crashes (fsync on); one server at a time may use a --data directory. The database is "
+        "reachable only by this account, over a unix socket (docs/security.md). Prints the URL "
+        "it serves on, and the embedded database's kind and address.",
         allow_abbrev=False,
     )
     _shared_options(s, top=False)

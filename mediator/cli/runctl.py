@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from mediator.argtypes import positive_float, positive_int
+from mediator.argtypes import SuggestingParser, positive_float, positive_int
 from mediator.client import DEFAULT_URL, ApiError, Client, Reply, Unreachable
 
 EXIT_OK = 0
@@ -51,7 +51,8 @@ exit status:
   {EXIT_OK}    success (200/201/202); watch and submit --wait: the run PASSED
   {EXIT_ERROR}    watch and submit --wait: the run FAILED; any other error the server answered
   {EXIT_USAGE}    usage error (a bad option, an unreadable contract file)
-  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED)
+  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED); submit --dry-run:
+       the contract would be refused so (NO_CANDIDATE)
   {EXIT_UNKNOWN_RUN}    no such run (status, watch, cancel)
   {EXIT_TIMEOUT}    watch and submit --wait: --timeout passed before the run ended
   {EXIT_UNREACHABLE}    the server cannot be reached
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     """
     # SUPPRESS as the default lets the same options sit on the main parser and on every
     # subparser without the subparser's default overwriting a value given before the command.
-    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common = SuggestingParser(add_help=False, allow_abbrev=False)
     common.add_argument(
         "--url",
         default=argparse.SUPPRESS,
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="print the response body as JSON instead of text (default: text)",
     )
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="runctl",
         parents=[common],
         allow_abbrev=False,
@@ -310,7 +311,14 @@ class Command:
             self.dump(reply.body)
         else:
             self.say(*submit_lines(reply))
-        return EXIT_REJECTED if reply.status == 422 else EXIT_OK
+        # A dry run answers 200 even for a contract no node can serve (NO_CANDIDATE, which submit
+        # refuses: 422): exit 3 all the same, so a script can gate on `submit --dry-run` (issue
+        # 29). ALL_BUSY would queue, and TOO_WIDE may (R10): those stay 0, as their submit's 202.
+        reject = body.get("reject") if args.dry_run else None
+        refused = reply.status == 422 or (
+            isinstance(reject, dict) and reject.get("code") == "NO_CANDIDATE"
+        )
+        return EXIT_REJECTED if refused else EXIT_OK
 
     def full_id(self, given: str) -> str | None:
         """The one run among the latest 1000 whose id ends with ``given`` (the short ids of

@@ -98,3 +98,9 @@ class PostgresNotInstalled(MediatorError):
     """The embedded launcher found no PostgreSQL server binaries."""
 
     code = "postgres_not_installed"
+
+
+class DataDirInUse(MediatorError):
+    """Another process serves the embedded cluster's data directory already."""
+
+    code = "data_dir_in_use"

@@ -45,6 +45,7 @@ def advert(
         raise ContractError(
             "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
             field="node_id",
+            code="invalid_node_id",  # not a contract: the node's own name (issue 29)
         )
     caps = validate_capabilities(capabilities)
     limits.check_texts(label=label, instance=instance)  # NUL, surrogates: 400

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import shutil
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -27,6 +27,7 @@ import mediator.flows.reads as reads_flow
 import mediator.flows.steps as steps_flow
 import mediator.flows.submit as submit_flow
 import mediator.flows.sweep as sweep_flow
+from mediator import tmpdirs
 from mediator.clock import Clock
 from mediator.config import Config
 from mediator.core.errors import StoreUnavailable
@@ -42,6 +43,8 @@ from mediator.flows.wake import Wake
 from mediator.pg import EmbeddedPostgres
 from mediator.records import Records
 from mediator.store.db import Store
+
+RECORDS_PREFIX = "mediator-records-"  # then the owner's pid (mediator/tmpdirs.py)
 
 log = logging.getLogger("mediator")
 
@@ -62,6 +65,7 @@ class Mediator:
         self.records = records
         self.clock = clock
         self._embedded = embedded
+        self._throwaway_records: str | None = None  # made by connect(), removed by close()
         self.ctx = Context(store, config, records, clock)
         # Wake 5 on reconnect, and outages given back to nodes (docs/design.md).
         store.on_reconnect.append(self._on_reconnect)
@@ -136,13 +140,17 @@ class Mediator:
                 embedded.stop()
             raise
         root = records_root or config.records_root
+        throwaway = None
         if root is None:
-            root = (
-                tempfile.mkdtemp(prefix="mediator-records-")
-                if embedded is not None and data_dir is None
-                else os.path.join(os.getcwd(), "var", "records")
-            )
+            if embedded is not None and data_dir is None:
+                # A throw-away database's records go with it at close() (issue 29 §4); one left
+                # by a killed process is removed by the next (mediator/tmpdirs.py).
+                tmpdirs.remove_orphans(RECORDS_PREFIX)
+                root = throwaway = tmpdirs.make(RECORDS_PREFIX)
+            else:
+                root = os.path.join(os.getcwd(), "var", "records")
         med = cls(store, config, Records(root), clock, embedded)
+        med._throwaway_records = throwaway
         if startup_wake:
             med.startup()
         return med
@@ -178,13 +186,23 @@ class Mediator:
                 log.exception("giving nodes back an outage of %.1f s failed", outage_s)
         self.ctx.after(wake=Wake.RECONNECT)
 
+    @property
+    def embedded(self) -> EmbeddedPostgres | None:
+        """The embedded cluster this Mediator started, if it started one."""
+        return self._embedded
+
     def close(self) -> None:
+        """Close the pool; stop the embedded cluster this Mediator started, and remove the
+        records folder it made for a throw-away one (nothing of either is left behind)."""
         if self.ctx.timekeeper is not None:
             self.ctx.timekeeper.stop()
         self.store.close()
         if self._embedded is not None:
             self._embedded.stop()
             self._embedded = None
+        if self._throwaway_records is not None:
+            shutil.rmtree(self._throwaway_records, ignore_errors=True)
+            self._throwaway_records = None
 
     def __enter__(self) -> Mediator:
         return self

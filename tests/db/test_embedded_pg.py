@@ -9,6 +9,7 @@ address across restarts, so the address ``mediator serve`` prints stays good.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -84,4 +85,96 @@ def test_a_persistent_cluster_keeps_its_address_across_restarts():
         finally:
             again.stop()
     finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_restart_right_after_kill_9_waits_for_the_dead_servers_backends():
+    """issue 30's crash test, made deterministic: after ``kill -9`` of the postmaster its backends
+    live on for a moment, holding the shared memory, and a new server refuses to start
+    ("pre-existing shared memory block … is still in use"). A backend is frozen (SIGSTOP) to hold
+    that moment open and let go only once the restart has been refused; the restart must wait
+    for it, not fail. (The restart runs in this thread: the server is bound to the life of the
+    thread that starts it, ``--pdeathsig``.)"""
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    base = tempfile.mkdtemp(prefix="mediator-pg-crash-")
+    first = EmbeddedPostgres(data_dir=base, database="postgres")
+    con = psycopg.connect(first.dsn())
+    backend = con.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    log = Path(base) / "_Cluster.log"
+    refused = threading.Event()
+    done = threading.Event()
+
+    def release_when_refused() -> None:
+        # let the frozen backend go once the new server has said why it cannot start
+        while not done.is_set():
+            if "pre-existing shared memory block" in (log.read_text() if log.exists() else ""):
+                refused.set()
+                break
+            time.sleep(0.05)
+        os.kill(backend, signal.SIGCONT)  # it sees its postmaster gone and exits
+
+    os.kill(backend, signal.SIGSTOP)
+    watcher = threading.Thread(target=release_when_refused)
+    try:
+        postmaster = first._pg.child_process
+        postmaster.send_signal(signal.SIGKILL)
+        postmaster.wait(timeout=30)
+        first._pg.child_process = None
+        first._release()  # as the killed process's exit would
+        log.unlink()
+        watcher.start()
+        again = EmbeddedPostgres(data_dir=base, database="postgres")
+        try:
+            assert refused.is_set()  # the first attempt met the backend, and it was waited for
+            with psycopg.connect(again.dsn()) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            again.stop()
+    finally:
+        done.set()
+        if watcher.is_alive() or not watcher.ident:
+            os.kill(backend, signal.SIGCONT)
+        watcher.join(timeout=30)
+        with contextlib.suppress(Exception):
+            con.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_pid_file_naming_a_process_that_is_not_the_server_does_not_block_the_restart():
+    """issue 30's crash test met this on a loaded machine: the postmaster killed with ``kill -9``
+    lingered as a zombie, PostgreSQL took the pid in its leftover ``postmaster.pid`` (and in the
+    socket's lock file) for a live server and refused to start ("lock file … already exists").
+    A zombie stands in for it here; no process of the cluster is left, so the restart clears
+    both files."""
+    import time
+    from pathlib import Path
+
+    base = tempfile.mkdtemp(prefix="mediator-pg-zombie-")
+    # The server's own account's zombie, as the killed postmaster was: PostgreSQL ignores a pid
+    # it may not signal.
+    zombie = subprocess.Popen(_SERVER.wrap(["true"]) if _SERVER is not None else ["true"])
+    try:
+        first = EmbeddedPostgres(data_dir=base, database="postgres")
+        pidfile = Path(base) / "data" / "postmaster.pid"
+        lines = pidfile.read_text().splitlines(keepends=True)
+        first.stop()
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        socket_lock = Path(base) / "tmp" / f".s.PGSQL.{first.port}.lock"
+        for leftover in (pidfile, socket_lock):  # the dead server's files, naming the zombie
+            leftover.write_text("".join([f"{zombie.pid}\n", *lines[1:]]))
+        again = EmbeddedPostgres(data_dir=base, database="postgres")
+        try:
+            with psycopg.connect(again.dsn()) as c:
+                assert c.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            again.stop()
+    finally:
+        zombie.wait()
         shutil.rmtree(base, ignore_errors=True)

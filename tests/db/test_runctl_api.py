@@ -156,6 +156,18 @@ def test_a_dry_run_creates_nothing(cli, nodes, tmp_path, med):
     assert med.list_runs().runs == ()
 
 
+def test_a_dry_run_of_a_contract_that_would_be_refused_exits_3(cli, nodes, tmp_path, med):
+    """issue 29: it exited 0, so `runctl submit --dry-run` could not gate a script. A dry run
+    that would only queue (ALL_BUSY) stays 0, as its submit's 202 does."""
+    nodes("a", board="x")
+    assert cli("submit", write(tmp_path, "z", "run-z", board="z"), "--dry-run") == 3
+    assert cli.lines[0] == "200 · DRY RUN" and "NO_CANDIDATE" in cli.lines[1]
+    assert cli("submit", write(tmp_path, "z", "run-z", board="z")) == 3  # as the submit itself
+    assert cli("submit", write(tmp_path, "a", "run-a")) == 0
+    assert cli("submit", write(tmp_path, "b", "run-b"), "--dry-run") == 0
+    assert "ALL_BUSY" in cli.lines[1]
+
+
 def test_list_and_nodes_show_the_fleet_and_the_runs(cli, nodes, tmp_path, med):
     nodes("a", board="x")
     cli("submit", write(tmp_path, "a", "run-a"))

@@ -55,7 +55,30 @@ def test_records_verify_detects_a_changed_byte(dsn, tmp_path):
     assert bad.returncode == 1
     assert "CHANGED steps/0000-dut-0.log" in bad.stdout
     missing = mediator_cli("--records", str(records), "records", "verify", "nope")
-    assert missing.returncode == 1 and "not sealed" in missing.stdout
+    assert missing.returncode == 1 and "no such record" in missing.stdout
+
+
+@pytest.mark.db
+def test_records_verify_takes_the_short_ids_runctl_prints(dsn, tmp_path):
+    """issue 29: runctl shows and takes short ids (the tail of a generated id); verify needed
+    the whole id and called a short one "not sealed"."""
+    from mediator import Mediator
+
+    records = tmp_path / "records"
+    med = Mediator.connect(dsn, clock=ManualClock(), records_root=str(records))
+    try:
+        advert(med, "X")
+        run_id = med.submit(contract(None)).run.run_id  # type: ignore[union-attr]
+        [step] = med.work("X")
+        s = med.claim(run_id, step.seq, "X")
+        med.report(run_id, s.seq, "X", s.attempt, "pass", log="ok\n")
+    finally:
+        med.close()
+    for given in (run_id[-8:], "…" + run_id[-8:]):
+        ok = mediator_cli("--records", str(records), "records", "verify", given)
+        assert (ok.returncode, ok.stdout) == (0, f"{run_id}: ok — every file matches seal.json\n")
+    short = mediator_cli("--records", str(records), "records", "verify", run_id[-3:])
+    assert short.returncode == 1 and "no such record" in short.stdout  # too short to be sure
 
 
 def test_a_data_directory_the_server_user_cannot_reach_is_named_clearly(tmp_path):

@@ -3,7 +3,8 @@
 Each test runs one notebook in a fresh kernel with ``scale = "ci"`` and the session cluster's
 server as ``database_url`` (so the notebook starts no cluster of its own), then asserts the
 numbers the notebook wrote in its prose — read back from the machine-readable twin that
-``sim.notebooks.state`` puts beside every such sentence. docs/architecture.md: not just "it ran".
+``sim.outputs.notebooks.state`` puts beside every such sentence. docs/architecture.md: not just
+"it ran".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from sim import notebooks
+from sim.outputs import notebooks
 
 pytestmark = [pytest.mark.notebooks, pytest.mark.db]
 
@@ -164,7 +165,7 @@ def small_book(path: Path) -> Path:
             'scale = "full"\nseed = 0\ndatabase_url = None', metadata={"tags": ["parameters"]}
         ),
         nbformat.v4.new_code_cell(
-            "import numpy as np\nfrom sim.notebooks import state\n"
+            "import numpy as np\nfrom sim.outputs.notebooks import state\n"
             'state({"scale": scale, "seed": np.int64(seed), "ratio": np.float64(0.25),'
             ' "none": float("nan")}, f"This ran at the **{scale}** scale with seed {seed}.")'
         ),

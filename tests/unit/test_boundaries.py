@@ -67,7 +67,11 @@ RULES = (
     # (mediator/databases.py), which may import the launcher, never the reverse
     Rule("the launcher pg.py does not import the store", ("mediator/pg.py",),
          ("mediator.store", "mediator.flows", "mediator.databases", "psycopg")),
-    Rule("sim's reference model does not import mediator", ("sim/model.py",), ("mediator",)),
+    # design.md §20: the model is an independent implementation of the policy (the differential
+    # test is evidence only then); it imports no part of mediator nor the other broker
+    Rule("sim/brokers/model.py imports nothing of mediator nor the real Mediator's broker",
+         ("sim/brokers/model.py",),
+         ("mediator", "sim.brokers.mediator", "sim.brokers.readback", "sim.brokers.entry")),
     # issue 13 "Dissolve the mixin": the flows are functions of an explicit context; none calls
     # back up into the Mediator facade, and none talks to the driver (only the store's connector
     # does); selected by pattern, so a new flow module is checked the day it is added
@@ -78,15 +82,21 @@ RULES = (
     # speaks to the driver, the query methods (store/tx.py) and everything else do not
     Rule("psycopg is imported only by the store's connector", ("mediator",),
          ("psycopg", "psycopg_pool"), excluded=("mediator/store/connector.py",)),
-    # issue 14 §1: statistics know nothing of the simulator (no analysis <-> model cycle), and the
-    # shared event core imports neither engine
+    # issue 14 §1: statistics know nothing of the simulator (no analysis <-> model cycle); the
+    # event core imports neither broker; the fleet loop and the measurement serve every broker.
+    # Selected by folder, so a new module is checked the day it is added; the layer order itself
+    # is test_each_sim_folder_imports_only_its_own_layer_or_below.
     Rule("sim's statistics import no part of the simulator", ("sim/analysis.py",), ("sim",)),
-    Rule("sim's event core imports neither engine nor mediator", ("sim/core.py",),
+    Rule("sim's ground level (analysis, plots, parallel, affinity) imports neither a sim layer "
+         "nor mediator", ("sim/*.py",),
+         ("mediator", "sim.inputs", "sim.platform", "sim.brokers", "sim.studies", "sim.outputs"),
+         excluded=("sim/__init__.py", "sim/__main__.py")),
+    Rule("sim's event core imports neither broker nor mediator", ("sim/platform/core.py",),
          ("sim", "mediator")),
-    # issue 14 §1: the fleet loop and the measurement serve both brokers, so they import neither
-    Rule("sim's fleet loop and measurement import neither broker nor mediator",
-         ("sim/fleet.py", "sim/driver.py", "sim/measure.py"),
-         ("mediator", "sim.engine", "sim.model", "sim.result")),
+    Rule("sim/platform/* imports neither broker nor mediator", ("sim/platform/*.py",),
+         ("mediator", "sim.brokers", "sim.studies", "sim.outputs")),
+    Rule("sim/inputs/* imports nothing of mediator nor of the simulation", ("sim/inputs/*.py",),
+         ("mediator", "sim.platform", "sim.brokers", "sim.studies", "sim.outputs")),
 )  # fmt: skip
 
 
@@ -331,3 +341,120 @@ def test_only_the_connector_may_import_the_driver(tmp_path):
         ]
     finally:
         globals()["ROOT"] = saved
+
+
+# ---- sim: one layer per folder (docs/architecture.md, "The simulator's layers") ----------------
+
+# Bottom to top. The ground level is the modules directly in sim/ (the package's facade,
+# sim/__init__.py, and `python -m sim`, sim/__main__.py, sit above everything and are not layers).
+SIM_LAYERS = ("", "inputs", "platform", "brokers", "studies", "outputs")
+SIM_FACADE = ("sim/__init__.py", "sim/__main__.py")
+
+
+def sim_layer_of(module: str, root: Path) -> int | None:
+    """The layer of a ``sim`` module name (None: not a module of sim, e.g. a name imported from
+    the facade)."""
+    parts = module.split(".")
+    if parts[0] != "sim" or len(parts) < 2:
+        return None
+    if parts[1] in SIM_LAYERS[1:] and (root / "sim" / parts[1]).is_dir():
+        return SIM_LAYERS.index(parts[1])
+    if (root / "sim" / f"{parts[1]}.py").is_file():
+        return 0
+    return None
+
+
+def sim_layer_violations(root: Path) -> list[str]:
+    """Every import in sim/ that runs from a layer up to a higher one, or into the facade."""
+    out = []
+    for f in sorted((root / "sim").rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if rel in SIM_FACADE or "__pycache__" in f.parts:
+            continue
+        parts = f.relative_to(root / "sim").parts
+        mine = SIM_LAYERS.index(parts[0]) if len(parts) > 1 else 0
+        for line, module in _imports_in(f, root):
+            if module == "sim" or not _matches(module, "sim"):
+                continue
+            layer = sim_layer_of(module, root)
+            parent = module.rsplit(".", 1)[0]
+            if layer is None and sim_layer_of(parent, root) is not None:
+                continue  # `from sim.inputs.scenarios import Scenario`: the name's module counts
+            if layer is None:
+                out.append(f"{rel}:{line} imports {module} from the facade (import its module)")
+            elif layer > mine:
+                out.append(f"{rel}:{line} imports {module}: layer {SIM_LAYERS[layer] or 'ground'}"
+                           f" is above {SIM_LAYERS[mine] or 'ground'}")  # fmt: skip
+    return out
+
+
+def _imports_in(path: Path, root: Path) -> list[tuple[int, str]]:
+    saved = globals()["ROOT"]
+    globals()["ROOT"] = root
+    try:
+        return imports_of(path)
+    finally:
+        globals()["ROOT"] = saved
+
+
+def test_each_sim_folder_imports_only_its_own_layer_or_below():
+    """Issue 26: sim/ is ground, inputs, platform, brokers, studies, outputs; no arrow back up."""
+    files = [f for f in (ROOT / "sim").rglob("*.py") if "__pycache__" not in f.parts]
+    BOUNDARIES.append(f"{len(files) - len(SIM_FACADE)} checked · {len(SIM_FACADE)} skipped  "
+                      "each sim folder imports only its own layer or below")  # fmt: skip
+    folders = {f.relative_to(ROOT / "sim").parts[0] for f in files if f.parent != ROOT / "sim"}
+    assert folders == set(SIM_LAYERS[1:]), "a sim folder that is not a layer: add it to SIM_LAYERS"
+    assert sim_layer_violations(ROOT) == []
+
+
+def test_the_layer_check_sees_an_arrow_back_up(tmp_path):
+    """Not a tautology: the platform importing a broker, the ground importing an input, and a
+    layer importing the facade are each reported."""
+    for folder in SIM_LAYERS[1:]:
+        (tmp_path / "sim" / folder).mkdir(parents=True)
+    (tmp_path / "sim" / "analysis.py").write_text("import math\n")
+    (tmp_path / "sim" / "plots.py").write_text("from sim.inputs.scenarios import Scenario\n")
+    (tmp_path / "sim" / "inputs" / "scenarios.py").write_text("from sim.analysis import x\n")
+    (tmp_path / "sim" / "brokers" / "model.py").write_text("from sim.platform import core\n")
+    (tmp_path / "sim" / "platform" / "core.py").write_text("import heapq\n")
+    (tmp_path / "sim" / "platform" / "driver.py").write_text(
+        "from sim.platform.core import q\n"
+        "from sim.brokers.model import Model\n"
+        "from sim import run\n"
+    )
+    assert sim_layer_violations(tmp_path) == [
+        "sim/platform/driver.py:2 imports sim.brokers.model: layer brokers is above platform",
+        "sim/platform/driver.py:2 imports sim.brokers.model.Model: layer brokers is above platform",
+        "sim/platform/driver.py:3 imports sim.run from the facade (import its module)",
+        "sim/plots.py:1 imports sim.inputs.scenarios: layer inputs is above ground",
+        "sim/plots.py:1 imports sim.inputs.scenarios.Scenario: layer inputs is above ground",
+    ]
+
+
+# Imports a sim module may make inside a function: heavy or optional ones only — matplotlib
+# through sim.plots; the database stack (sim.brokers.readback, sim.brokers.mediator) where the
+# model, the scenarios and `python -m sim list` must not pay for it; the simulator behind a pytest
+# plugin that every test session loads (sim.outputs.gate).
+SIM_LAZY_ALLOWED = ("sim.plots", "sim.brokers.readback", "sim.brokers.mediator", "sim.outputs.gate")
+
+
+def test_sim_imports_its_own_modules_at_the_top():
+    """Issue 26: no import of a sim module hides inside a function (they used to, to dodge cycles
+    that the layers now rule out), and no file imports another's private name."""
+    found = []
+    for f in sorted((ROOT / "sim").rglob("*.py")):
+        tree = ast.parse(f.read_text("utf-8"))
+        top = set(map(id, tree.body))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = [a.name for a in node.names]
+            full = names if isinstance(node, ast.Import) else [f"{node.module}.{n}" for n in names]
+            rel = f.relative_to(ROOT).as_posix()
+            lazy_ok = all(any(_matches(x, a) for a in SIM_LAZY_ALLOWED) for x in full)
+            if id(node) not in top and _matches(full[0], "sim") and not lazy_ok:
+                found.append(f"{rel}:{node.lineno} imports {', '.join(full)} inside a function")
+            if isinstance(node, ast.ImportFrom) and _matches(node.module or "", "sim"):
+                found += [f"{rel}:{node.lineno} imports the private {n} of {node.module}"
+                          for n in names if n.startswith("_")]  # fmt: skip
+    assert found == []

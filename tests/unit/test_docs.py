@@ -113,3 +113,28 @@ def test_links_between_the_documents_resolve(doc):
         if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
             broken.append(target)
     assert broken == []
+
+
+def test_the_layer_table_names_every_sim_module_in_its_folder():
+    """Issue 26: docs/architecture.md's simulator row lists every module of sim/ under the folder
+    (layer) it lives in, so the map cannot fall behind a move."""
+    row = next(
+        line
+        for line in (ROOT / "docs" / "architecture.md").read_text("utf-8").splitlines()
+        if line.startswith("| **simulator** |")
+    )
+    missing = []
+    for path in sorted((ROOT / "sim").rglob("*.py")):
+        rel = path.relative_to(ROOT / "sim")
+        if path.name in ("__init__.py", "__main__.py") or "__pycache__" in rel.parts:
+            continue
+        if len(rel.parts) == 1:
+            ok = f"`sim/{path.name}`" in row
+        else:
+            start = row.find(f"`sim/{rel.parts[0]}/` —")
+            end = row.find("`sim/", start + 1)
+            segment = row[start:end] if start >= 0 else ""
+            ok = f"`{path.name}`" in segment
+        if not ok:
+            missing.append(rel.as_posix())
+    assert missing == []

@@ -149,3 +149,24 @@ def test_importing_the_cli_leaves_the_metrics_mode_to_serve():
     code = "import sys, mediator.cli.main; print('prometheus_client' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (("serv", "--dev"), "did you mean 'serve'?"),
+        (("records", "verfy", "x"), "did you mean 'verify'?"),
+    ],
+)
+def test_a_mistyped_command_is_answered_with_the_closest_one(argv, said, capsys):
+    """issue 29: a typo showed the usage and the list of commands, nothing nearer."""
+    with pytest.raises(SystemExit) as e:
+        parse(*argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(said)
+
+
+def test_a_command_nothing_like_any_gets_no_guess(capsys):
+    with pytest.raises(SystemExit):
+        parse("xyzzy")
+    assert "did you mean" not in capsys.readouterr().err

@@ -303,3 +303,9 @@ def test_tables_align_and_say_when_empty():
         "     22",
     ]
     assert runctl.table(["A"], []) == ["(none)"]
+
+
+def test_a_mistyped_command_is_answered_with_the_closest_one(capsys):
+    """issue 29: `runctl lsit` showed the usage and the list of commands, nothing nearer."""
+    assert runctl.main(["lsit"], stdout=io.StringIO(), stderr=io.StringIO()) == runctl.EXIT_USAGE
+    assert capsys.readouterr().err.strip().endswith("did you mean 'list'?")

@@ -1,0 +1,992 @@
+"""The main job (README's first command): a report that answers a question, in ``reports/``.
+
+The question is the one capacity planning exists for (docs/design.md §20): *how many nodes keep the
+95th-percentile queue wait within ten minutes on a real workload* — the NASA Ames iPSC/860 1993
+log — and how many as the load grows. The front page (``index.html``) opens with that answer (the
+target, the recommended fleet, its headroom), says in one paragraph how it was reached, and then
+gives the evidence in the order a reader asks for it:
+
+- a compact table of every built-in scenario on the real Mediator, in plain names and units, with
+  the intervals ``summary()`` reports (labelled with their method when the summary names one);
+- one short panel of correctness evidence: invariant violations (I1–I7, by SQL; must be 0), the
+  differential check against the reference model (same runs promoted at the same instants,
+  design.md §20), and theory where it applies (Erlang C for ``steady``, the FIFO G/G/c recursion for
+  the trace);
+- chart thumbnails, each linking to that scenario's own page (``<case>/index.html``: what the
+  scenario is, every figure, full-size charts, the CSV files), and the capacity plan's page
+  (``capacity/index.html``: the chart and the table per fleet size);
+- the notebooks, executed and rendered to HTML beside it.
+
+Every number is formatted for people (``11,600 s`` as ``3.2 h``, shares as percentages) and the
+page fits a 1,100-pixel column. ``summary.csv`` and ``theory.json`` keep the machine-readable
+figures. Progress is shown while it works.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+from sim.analysis import erlang_c, mmc_wq
+from sim.brokers.entry import run
+from sim.inputs import scenarios as S
+from sim.inputs.scenarios import Scenario
+from sim.inputs.theory import mmc_params
+from sim.inputs.traces import fifo_waits
+from sim.inputs.workload import materialize
+from sim.outputs.notebooks import render
+from sim.parallel import spawn_pool
+from sim.platform.measure import promotions_diff
+from sim.studies.plan import plan as capacity_plan
+
+# name → (scenario at full scale, at CI scale); the full scale keeps the job within ~10 minutes.
+CASES: dict[str, tuple[Callable[[], Scenario], Callable[[], Scenario]]] = {
+    "steady": (lambda: S.steady(runs=4000, seed=1), lambda: S.steady(runs=300, seed=1)),
+    "mixed": (lambda: S.mixed(runs=2000, seed=1), lambda: S.mixed(runs=200, seed=1)),
+    "vanished_node_on": (lambda: S.vanished_node(True), lambda: S.vanished_node(True)),
+    "vanished_node_off": (lambda: S.vanished_node(False), lambda: S.vanished_node(False)),
+    "vanished_churn_on": (
+        lambda: S.vanished_node(True, churn=True, runs=1200, seed=1),
+        lambda: S.vanished_node(True, churn=True, runs=150, seed=1),
+    ),
+    "vanished_churn_off": (
+        lambda: S.vanished_node(False, churn=True, runs=1200, seed=1),
+        lambda: S.vanished_node(False, churn=True, runs=150, seed=1),
+    ),
+    "drain": (lambda: S.drain(runs=1500, seed=1), lambda: S.drain(runs=200, seed=1)),
+    "restart": (lambda: S.restart(runs=1500, seed=1), lambda: S.restart(runs=200, seed=1)),
+    "burst": (lambda: S.burst(runs=1500, seed=1), lambda: S.burst(runs=200, seed=1)),
+    "asks": (lambda: S.asks(runs=800, seed=1), lambda: S.asks(runs=100, seed=1)),
+    "trace": (lambda: S.trace(runs=3000), lambda: S.trace(runs=300)),
+    "capabilities": (lambda: S.capabilities(), lambda: S.capabilities()),
+}
+
+# Plain names and what each case shows, for people (the table, the thumbnails, the pages).
+TITLES: dict[str, tuple[str, str]] = {
+    "steady": (
+        "Steady load (M/M/3)",
+        "Poisson arrivals on identical nodes; checked against Erlang C.",
+    ),
+    "mixed": (
+        "Mixed fleet",
+        "Several kinds of node, multi-role runs that fold; a scarce board never holds back "
+        "other runs (R6).",
+    ),
+    "vanished_node_on": (
+        "Vanished node, wake 7 on",
+        "A queued run waits for node X, which vanishes and returns; its return wakes the queue.",
+    ),
+    "vanished_node_off": (
+        "Vanished node, wake 7 off",
+        "The same window with the original design's behaviour: the run waits for an "
+        "unrelated event.",
+    ),
+    "vanished_churn_on": (
+        "Node churn, wake 7 on",
+        "Nodes vanish and return at random over a long horizon; stuck time with the wake.",
+    ),
+    "vanished_churn_off": (
+        "Node churn, wake 7 off",
+        "The same churn without the wake: the stuck time it costs.",
+    ),
+    "drain": ("Drains", "Graceful and at-boundary drains and undrains (wake 6)."),
+    "restart": (
+        "Daemon restarts",
+        "Nodes restart mid-run: runs lost, leases fenced, the queue woken (wake 4).",
+    ),
+    "burst": ("Burst", "200 extra arrivals in ten minutes: the queue builds and drains."),
+    "asks": (
+        "Person-gated steps",
+        "Steps that wait for a person's answer hold their node meanwhile.",
+    ),
+    "trace": (
+        "NASA trace replay",
+        "The first jobs of the NASA Ames 1993 log; must equal the FIFO G/G/c recursion.",
+    ),
+    "capabilities": (
+        "A node gains a capability",
+        "An idle node that starts to advertise a needed capability wakes the queue (wake 9).",
+    ),
+}
+
+TRACE_NAME = "NASA Ames iPSC/860 log (1993)"
+
+# The capacity question: the target, the grid, the confirmation, the growth factors.
+CAPACITY: dict[str, dict[str, Any]] = {
+    "full": {
+        "runs": None,
+        "sizes": range(2, 13),
+        "confirm_runs": 1_500,
+        "growth": (1.0, 1.25, 1.5, 2.0),
+        "growth_span": 11,
+    },
+    "ci": {
+        "runs": 3_000,
+        "sizes": range(3, 11),
+        "confirm_runs": 300,
+        "growth": (1.0, 1.5),
+        "growth_span": 7,
+    },
+}
+TARGET = {"quantile": 0.95, "wait_s": 600.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting for people
+# ---------------------------------------------------------------------------------------------
+
+
+def _unit(seconds: float) -> tuple[float, str]:
+    a = abs(seconds)
+    if a < 120:
+        return 1.0, "s"
+    if a < 7_200:
+        return 60.0, "min"
+    if a < 172_800:
+        return 3_600.0, "h"
+    return 86_400.0, "days"
+
+
+def _num(x: float, scale: float) -> str:
+    v = x / scale
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:,.1f}".rstrip("0").rstrip(".")
+    return f"{v:,.2f}".rstrip("0").rstrip(".")
+
+
+def duration(seconds: float | None, low: float | None = None, high: float | None = None) -> str:
+    """``12.3 s``, ``4.5 min``, ``3.2 h``, ``2.1 days``; with an interval, in the estimate's unit
+    (the upper bound in its own when it needs a larger one)."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        scale, unit = _unit(seconds)
+        return f"{_num(seconds, scale)} {unit}"
+    scale, unit = _unit(seconds)
+    top_scale, top_unit = _unit(high)
+    # A wait or a duration is never negative: show the interval within what is possible.
+    bottom = _num(max(0.0, low), scale)
+    if top_unit == unit:
+        return f"{_num(seconds, scale)} {unit} [{bottom}–{_num(high, scale)}]"
+    return f"{_num(seconds, scale)} {unit} [{bottom} {unit}–{_num(high, top_scale)} {top_unit}]"
+
+
+def share(x: float | None) -> str:
+    """0.667 → ``67 %``."""
+    if x is None or not math.isfinite(x):
+        return "–"
+    return f"{x * 100:.0f} %" if x >= 0.01 or x == 0 else f"{x * 100:.1f} %"
+
+
+def count(n: float | None) -> str:
+    return "–" if n is None or not math.isfinite(float(n)) else f"{round(float(n)):,}"
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Intervals, read generically from a summary
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ci:
+    """An interval as a summary reports it (an ``Interval`` object or its JSON form)."""
+
+    estimate: float
+    low: float
+    high: float
+    conf: float | None
+    method: str | None
+
+
+def interval(summary: Mapping[str, Any], stat: str) -> Ci | None:
+    """The interval ``summary`` reports for ``stat`` (e.g. ``wait_p95``), or None.
+
+    Looks for ``<stat>_ci`` or ``<stat>_interval``, accepts an object with ``low``/``high`` or a
+    dict with those keys, and takes the method from the interval itself (``method``) or from the
+    summary (``interval_method`` / ``ci_method``) when either names one.
+    """
+    for key in (f"{stat}_ci", f"{stat}_interval", f"{stat}_s_ci"):
+        raw = summary.get(key)
+        if raw is None:
+            continue
+        get = raw.get if isinstance(raw, Mapping) else lambda k, r=raw: getattr(r, k, None)
+        low, high = get("low"), get("high")
+        if low is None or high is None:
+            continue
+        estimate = get("estimate")
+        method = get("method") or summary.get("interval_method") or summary.get("ci_method")
+        conf = get("conf")
+        return Ci(
+            float(estimate) if estimate is not None else math.nan,
+            float(low),
+            float(high),
+            float(conf) if conf is not None else None,
+            str(method) if method else None,
+        )
+    return None
+
+
+def _methods(summaries: Iterable[Mapping[str, Any]], stats: Sequence[str]) -> list[str]:
+    found: list[str] = []
+    for s in summaries:
+        for stat in stats:
+            ci = interval(s, stat)
+            if ci is not None and ci.method and ci.method not in found:
+                found.append(ci.method)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the cases
+# ---------------------------------------------------------------------------------------------
+
+
+def _row(name: str, sc: Scenario, result: Any, model: Any, wall: float) -> dict[str, Any]:
+    s = result.summary()
+    diff = promotions_diff(model.promotions, result.promotions, tol_s=1e-6)
+    row = {
+        "scenario": name,
+        "runs": s["runs"],
+        "wait_mean_s": s.get("wait_mean_s", np.nan),
+        "wait_p95_s": s.get("wait_p95_s", np.nan),
+        "p_wait": s.get("p_wait", np.nan),
+        "utilization": s.get("utilization", np.nan),
+        "stuck_s": s["stuck_s"],
+        "violations": len(result.violations),
+        "model_agrees": diff is None,
+        "runs_per_wall_s": s["runs"] / wall if wall else np.nan,
+        "virtual_s_per_wall_s": s.get("virtual_s_per_wall_s", np.nan),
+    }
+    if diff is not None:
+        row["first_divergence"] = diff
+    return row
+
+
+def _theory(name: str, sc: Scenario, result: Any, plan: Any) -> dict[str, Any] | None:
+    if name == "steady":
+        params = mmc_params(sc)
+        if params is None:
+            return None
+        lam, mu, c = params
+        s = result.summary()
+        return {
+            "what": f"Erlang C, M/M/{c} (λ={lam}, μ={mu})",
+            "Wq theory": mmc_wq(lam, mu, c),
+            "Wq simulated": s.get("wait_mean_s"),
+            "P(wait) theory": erlang_c(c, lam / mu),
+            "P(wait) simulated": s.get("p_wait"),
+        }
+    if name == "trace":
+        arrivals = np.array([a.at_s for a in plan.arrivals])
+        durations = np.array([a.step_outcomes[0][0].duration_s for a in plan.arrivals])
+        c = len(plan.nodes)
+        expected = fifo_waits(arrivals, durations, c)
+        got = result.runs["wait_s"].to_numpy(dtype=float)
+        return {
+            "what": f"FIFO G/G/{c} recursion on the NASA Ames trace",
+            "max |wait - recursion| (s)": float(np.max(np.abs(got - expected))),
+            "mean wait (s)": float(got.mean()),
+        }
+    return None
+
+
+@dataclass
+class Capacity:
+    """The answer: the plan for today's load and the fleet needed as it grows."""
+
+    plan: Any  # sim.studies.plan.CapacityPlan
+    growth: pd.DataFrame  # growth, offered, nodes, p95_s, utilization
+    jobs: int
+    days: float
+    offered: float  # Erlangs: nodes the work keeps busy on average
+
+
+def capacity(scale: str, database_url: str | None) -> Capacity:
+    """Plan the NASA workload at ``scale`` (``CAPACITY``): the grid on the model, the
+    recommendation confirmed on the real Mediator, then the recommended fleet as the same jobs
+    arrive 1.25×, 1.5×, 2× as fast (submit times compressed; run times and bursts as in 1993)."""
+    p = CAPACITY[scale]
+    workload = S.trace(runs=p["runs"])
+    jobs = materialize(workload)
+    submit = np.array([a.at_s for a in jobs.arrivals])
+    run_s = np.array([a.step_outcomes[0][0].duration_s for a in jobs.arrivals])
+    span = float(submit[-1] - submit[0]) or 1.0
+    offered = float(run_s.sum() / span)
+    pool = spawn_pool(2)
+    try:
+        today = capacity_plan(
+            workload,
+            TARGET,
+            p["sizes"],
+            replications=1,
+            executor=pool,
+            confirm_runs=p["confirm_runs"],
+            database_url=database_url,
+        )
+        rows = []
+        for g in p["growth"]:
+            wl = S.trace(runs=p["runs"], time_scale=1 / g)
+            start = int(np.floor(offered * g)) + 1  # the smallest fleet that can carry it at all
+            grown = capacity_plan(
+                wl,
+                TARGET,
+                range(start, start + p["growth_span"]),
+                replications=1,
+                executor=pool,
+                confirm_replications=0,
+            )
+            r = grown.row(grown.recommended) if grown.recommended is not None else None
+            rows.append(
+                {
+                    "growth": g,
+                    "offered": offered * g,
+                    "nodes": grown.recommended,
+                    "p95_s": float(r[grown.column]) if r is not None else math.nan,
+                    "utilization": float(r["utilization"]) if r is not None else math.nan,
+                }
+            )
+    finally:
+        pool.shutdown()
+    return Capacity(today, pd.DataFrame(rows), len(run_s), span / 86_400, offered)
+
+
+def main_job(out: Path, scale: str = "full", database_url: str | None = None) -> int:
+    """Run every case and the capacity plan, write ``out/`` (front page, one page per case, the
+    capacity page, CSV/JSON), print the summary table. Returns 1 if an invariant was violated or
+    the model disagreed with the Mediator, else 0."""
+    from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
+
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    rows: list[dict[str, Any]] = []
+    theory: dict[str, dict[str, Any]] = {}
+    scenarios: dict[str, Scenario] = {}
+    bar = tqdm(list(CASES.items()), desc="scenarios", unit="scenario")
+    for name, (full, ci) in bar:
+        sc = (full if scale == "full" else ci)()
+        scenarios[name] = sc
+        bar.set_postfix_str(f"{name}: {sc.horizon_runs or 'scripted'} runs")
+        plan = materialize(sc)
+        t = time.time()
+        result = run(plan, "mediator", database_url=database_url, progress=True)
+        wall = time.time() - t
+        model = run(plan, "model")
+        result.save(out / name)
+        rows.append(_row(name, sc, result, model, wall))
+        th = _theory(name, sc, result, plan)
+        if th is not None:
+            theory[name] = th
+    table = pd.DataFrame(rows)
+    table.to_csv(out / "summary.csv", index=False)
+    (out / "theory.json").write_text(json.dumps(theory, indent=2, default=float) + "\n")
+    from sim.brokers.mediator import server_url  # the database stack, running by now
+
+    url = server_url(database_url)
+    print("capacity plan: the NASA workload", flush=True)
+    cap = capacity(scale, url)
+    notebooks = _render_notebooks(out, scale, url)
+    write_site(out, table, theory, scenarios, cap, notebooks, time.time() - started)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(
+            table.drop(columns=[c for c in ("first_divergence",) if c in table]).to_string(
+                index=False, float_format=lambda v: f"{v:,.3g}"
+            )
+        )
+    for name, th in theory.items():
+        print(
+            f"{name}: "
+            + ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in th.items()
+            )
+        )
+    print(headline(cap))
+    print(f"\nreport written to {out}/index.html in {time.time() - started:.0f} s")
+    bad = table["violations"].sum() or (~table["model_agrees"]).sum()
+    return 1 if bad else 0
+
+
+def _render_notebooks(out: Path, scale: str, database_url: str | None = None) -> list[str]:
+    """Execute every notebook in notebooks/ and render it to HTML in out/ (docs/notebooks.md)."""
+    root = Path(__file__).resolve().parents[2] / "notebooks"
+    books = sorted(root.glob("*.ipynb")) if root.is_dir() else []
+    rendered = []
+    for book in books:
+        rendered.append(render(book, out, scale=scale, database_url=database_url).name)
+    return rendered
+
+
+# ---------------------------------------------------------------------------------------------
+# The pages
+# ---------------------------------------------------------------------------------------------
+
+CSS = """
+*{box-sizing:border-box}
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1d232b;margin:0 auto;
+ padding:1.5rem 1.25rem 3rem;max-width:1100px}
+h1{font-size:1.6rem;margin:.2rem 0 .6rem}h2{font-size:1.15rem;margin:2rem 0 .6rem}
+a{color:#1f5fa8}p{margin:.5rem 0}.muted{color:#5b6470;font-size:.9rem}
+.answer{border:2px solid #2e7d4f;border-radius:10px;padding:1rem 1.25rem;background:#f3faf5}
+.answer .big{font-size:1.35rem;font-weight:600;margin:0 0 .6rem}
+.facts{display:grid;grid-template-columns:repeat(3,1fr);gap:.75rem;margin:.4rem 0 .2rem}
+.facts div{background:#fff;border:1px solid #cfe3d6;border-radius:8px;padding:.55rem .75rem}
+.facts b{display:block;font-size:.8rem;color:#3e6b4f;text-transform:uppercase;letter-spacing:.03em}
+table{border-collapse:collapse;width:100%;font-size:.9rem;margin:.4rem 0}
+th,td{padding:.35rem .5rem;border-bottom:1px solid #e1e4e8;text-align:left;vertical-align:top}
+th{background:#f5f6f8;font-weight:600}td.n,th.n{text-align:right;white-space:nowrap}
+.evidence{display:grid;grid-template-columns:repeat(3,1fr);gap:.75rem}
+.evidence div{border:1px solid #d6dae0;border-radius:8px;padding:.6rem .75rem}
+.ok{color:#2e7d4f;font-weight:600}.bad{color:#b3261e;font-weight:600}
+.thumbs{display:grid;grid-template-columns:repeat(4,1fr);gap:.75rem}
+.thumbs a{display:block;border:1px solid #d6dae0;border-radius:8px;padding:.4rem;
+ text-decoration:none;
+ color:inherit;font-size:.85rem}
+.thumbs img{width:100%;height:auto;display:block;margin-bottom:.3rem}
+img.full{max-width:100%;height:auto;display:block;margin:.5rem 0 1rem}
+@media (max-width:700px){.facts,.evidence{grid-template-columns:1fr}
+ .thumbs{grid-template-columns:repeat(2,1fr)}}
+"""
+
+
+def _page(title: str, body: Sequence[str], root: str = "") -> str:
+    return "\n".join(
+        [
+            "<!doctype html>",
+            "<html lang='en'><head><meta charset='utf-8'>",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            f"<title>{_e(title)}</title>",
+            f"<link rel='stylesheet' href='{root}report.css'>",
+            "</head><body>",
+            *body,
+            "</body></html>",
+            "",
+        ]
+    )
+
+
+def headline(cap: Capacity) -> str:
+    """The answer in one sentence (also printed on the terminal)."""
+    p = cap.plan
+    q, wait = _pct(p.quantile), duration(p.wait_s)
+    if p.recommended is None:
+        return (
+            f"No fleet of {p.sizes[0]}–{p.sizes[-1]} nodes keeps the {q} queue wait within "
+            f"{wait} on the {TRACE_NAME}."
+        )
+    return f"{p.recommended} nodes keep the {q} queue wait within {wait} on the {TRACE_NAME}."
+
+
+def _pct(q: float) -> str:
+    return f"{q * 100:g}th-percentile"
+
+
+def _plan_row(p: Any, size: int, engine: str | None = None, stage: str = "grid") -> Any:
+    try:
+        return p.row(size, engine=engine, stage=stage)
+    except (KeyError, IndexError):
+        return None
+
+
+def _answer(cap: Capacity) -> list[str]:
+    p = cap.plan
+    col = p.column
+    base = col[:-2]
+    parts = [
+        "<section class='answer' id='answer'>",
+        f"<p class='big' id='headline'>{_e(headline(cap))}</p>",
+    ]
+    facts: list[tuple[str, str]] = [
+        ("Target", f"{_pct(p.quantile)} wait ≤ {duration(p.wait_s)}"),
+    ]
+    if p.recommended is not None:
+        r = _plan_row(p, p.recommended)
+        est = float(r[col]) if r is not None else math.nan
+        lo = float(r.get(base + "_low", math.nan)) if r is not None else math.nan
+        hi = float(r.get(base + "_high", math.nan)) if r is not None else math.nan
+        util = float(r["utilization"]) if r is not None else math.nan
+        facts.append(
+            (
+                "Recommended fleet",
+                f"{p.recommended} nodes: {_pct(p.quantile)} wait "
+                f"{duration(est, lo, hi)}, {share(util)} busy",
+            )
+        )
+        facts.append(("Headroom", _headroom(cap)))
+    else:
+        facts.append(("Recommended fleet", "none in the sizes tried"))
+        facts.append(("Headroom", "–"))
+    parts.append("<div class='facts'>")
+    parts += [f"<div><b>{_e(k)}</b> {_e(v)}</div>" for k, v in facts]
+    parts.append("</div></section>")
+    return parts
+
+
+def _headroom(cap: Capacity) -> str:
+    """How far the recommended fleet is from its limits: the wait margin, the smaller fleet, and
+    the largest load growth it still carries."""
+    p = cap.plan
+    rec = p.recommended
+    r = _plan_row(p, rec)
+    text = []
+    if r is not None:
+        hi = float(r.get(p.column[:-2] + "_high", r[p.column]))
+        if math.isfinite(hi) and p.wait_s > 0:
+            text.append(
+                f"the {_pct(p.quantile)} wait is {share(1 - hi / p.wait_s)} under the target "
+                "even at its interval's top"
+            )
+    smaller = _plan_row(p, rec - 1) if rec - 1 in p.sizes else None
+    if smaller is not None:
+        text.append(f"{rec - 1} nodes would give {duration(float(smaller[p.column]))}")
+    g = cap.growth
+    carried = g[(g["nodes"].notna()) & (g["nodes"] <= rec)]["growth"]
+    if len(carried) and float(carried.max()) > 1:
+        text.append(f"it carries up to ×{float(carried.max()):g} today's load")
+    else:
+        more = g[(g["growth"] > 1) & g["nodes"].notna()]
+        if len(more):
+            first = more.iloc[0]
+            text.append(f"×{first['growth']:g} today's load needs {int(first['nodes'])} nodes")
+    if not text:
+        return "–"
+    joined = "; ".join(text) + "."
+    return joined[0].upper() + joined[1:]
+
+
+def _method(cap: Capacity, methods: list[str]) -> str:
+    p = cap.plan
+    grid = f"{p.sizes[0]}–{p.sizes[-1]}"
+    confirm = p.confirmation
+    confirmed = ""
+    if confirm is not None and len(confirm):
+        med = confirm[confirm["engine"] == "mediator"]
+        sizes = ", ".join(str(int(s)) for s in sorted(set(med["size"])))
+        runs = int(med["runs"].max()) if len(med) else 0
+        diff = float(confirm["max_abs_diff_s"].max()) if "max_abs_diff_s" in confirm else math.nan
+        confirmed = (
+            f" The recommended size and its neighbours ({sizes} nodes) were then replayed on the "
+            f"real Mediator and PostgreSQL for the first {runs:,} jobs; the largest difference "
+            f"between any job's wait there and on the model is {duration(diff)}."
+        )
+    intervals = (
+        f" Intervals in this report: {'; '.join(methods)}."
+        if methods
+        else " Intervals are 95 % confidence intervals; a trace replay has no randomness to "
+        "replicate, "
+        "so the plan's interval comes from consecutive stretches of the replay."
+    )
+    return (
+        f"<p id='method'><b>Method.</b> The {TRACE_NAME} — {cap.jobs:,} jobs over "
+        f"{cap.days:.0f} days, keeping {cap.offered:.2f} nodes busy on average — is replayed "
+        f"job for job: each job becomes a one-node run, submitted at its original time and "
+        f"lasting its original run time. Every fleet size from {grid} nodes is simulated on the "
+        f"reference model of the Mediator's scheduling policy, and the smallest size whose "
+        f"{_pct(p.quantile)} wait stays within {duration(p.wait_s)}, upper confidence bound "
+        f"included, is recommended.{confirmed} For tomorrow's load the same jobs arrive faster "
+        f"(submit times compressed by the growth factor) and the plan is repeated.{intervals}</p>"
+    )
+
+
+def _growth_table(cap: Capacity) -> list[str]:
+    q = _pct(cap.plan.quantile)
+    out = [
+        "<table id='growth'><thead><tr><th>Load</th><th class='n'>Busy nodes on average</th>"
+        f"<th class='n'>Nodes needed</th><th class='n'>{_e(q.capitalize())} wait there</th>"
+        "<th class='n'>Utilization</th></tr></thead><tbody>"
+    ]
+    for _, r in cap.growth.iterrows():
+        nodes = "more than tried" if pd.isna(r["nodes"]) else f"{int(r['nodes'])}"
+        label = "today (1993)" if r["growth"] == 1 else f"×{r['growth']:g}"
+        out.append(
+            f"<tr><td>{_e(label)}</td><td class='n'>{r['offered']:.2f}</td>"
+            f"<td class='n'><b>{_e(nodes)}</b></td><td class='n'>{duration(r['p95_s'])}</td>"
+            f"<td class='n'>{share(r['utilization'])}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+SCENARIO_HEADERS = (
+    "Scenario",
+    "Fleet and load",
+    "Runs",
+    "Mean wait",
+    "95th-percentile wait",
+    "Runs that waited",
+    "Utilization",
+    "Stuck time",
+)
+
+
+def _describe(sc: Scenario) -> str:
+    groups = sc.fleet.groups
+    n = sum(g.count for g in groups)
+    fleet = f"{n} identical nodes" if len(groups) == 1 else f"{n} nodes of {len(groups)} kinds"
+    arrivals = sc.workload.arrivals
+    tag = getattr(arrivals, "tag", "")
+    if tag in ("poisson", "burst"):
+        rate = float(arrivals.rate)  # type: ignore[union-attr]
+        load = f"a run every {duration(1 / rate)} on average" if rate > 0 else "no arrivals"
+        if tag == "burst":
+            load += f", plus a burst of {arrivals.count}"  # type: ignore[union-attr]
+    elif tag == "trace":
+        load = "the NASA Ames 1993 jobs"
+    elif tag == "scripted":
+        load = "a scripted sequence"
+    else:
+        load = f"{tag} arrivals"
+    return f"{fleet}; {load}"
+
+
+def _scenario_table(
+    table: pd.DataFrame,
+    summaries: Mapping[str, Mapping[str, Any]],
+    scenarios: Mapping[str, Scenario],
+) -> list[str]:
+    out = ["<table id='scenarios'><thead><tr>"]
+    out += [
+        f"<th{' class=n' if i >= 2 else ''}>{_e(h)}</th>" for i, h in enumerate(SCENARIO_HEADERS)
+    ]
+    out.append("</tr></thead><tbody>")
+    for _, row in table.iterrows():
+        name = row["scenario"]
+        s = summaries.get(name, {})
+        title = TITLES.get(name, (name.replace("_", " ").capitalize(), ""))[0]
+        mean_ci, p95_ci = interval(s, "wait_mean"), interval(s, "wait_p95")
+        cells = [
+            f"<a href='{_e(name)}/index.html'>{_e(title)}</a>",
+            _e(_describe(scenarios[name])) if name in scenarios else "",
+            count(row["runs"]),
+            duration(row["wait_mean_s"], *((mean_ci.low, mean_ci.high) if mean_ci else ())),
+            duration(row["wait_p95_s"], *((p95_ci.low, p95_ci.high) if p95_ci else ())),
+            share(row["p_wait"]),
+            share(row["utilization"]),
+            duration(row["stuck_s"]),
+        ]
+        out.append(
+            "<tr>"
+            + "".join(f"<td{' class=n' if i >= 2 else ''}>{c}</td>" for i, c in enumerate(cells))
+            + "</tr>"
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _evidence(
+    table: pd.DataFrame,
+    theory: Mapping[str, Mapping[str, Any]],
+    cap: Capacity,
+    summaries: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    n = len(table)
+    runs = int(table["runs"].sum())
+    violations = int(table["violations"].sum())
+    agree = int(table["model_agrees"].sum())
+    confirm = cap.plan.confirmation
+    if confirm is not None and len(confirm):
+        violations += int(confirm["violations"].sum())
+    inv = (
+        f"<div id='invariants'><b>Invariant violations: "
+        f"<span class='{'ok' if not violations else 'bad'}'>"
+        f"{violations}</span></b><br>I1–I7 checked by SQL during and after every simulation "
+        f"({n} scenarios, {runs:,} runs on the real Mediator).</div>"
+    )
+    model = (
+        f"<div id='model'><b>Model agrees: "
+        f"<span class='{'ok' if agree == n else 'bad'}'>{agree} of "
+        f"{n}</span></b><br>The independent reference model promoted the same runs onto the same "
+        f"nodes at the same instants as the Mediator.</div>"
+    )
+    lines = []
+    th_ok = True
+    steady = theory.get("steady")
+    if steady:
+        wq, sim_wq = steady.get("Wq theory"), steady.get("Wq simulated")
+        ci = interval(summaries.get("steady", {}), "wait_mean")
+        inside = ci is not None and wq is not None and ci.low <= wq <= ci.high
+        th_ok = th_ok and (inside or ci is None)
+        where = f" [{_num(ci.low, 1)}–{_num(ci.high, 1)}]" if ci else ""
+        lines.append(
+            f"Erlang C mean wait {duration(wq)}, simulated {duration(sim_wq)}{where}"
+            f"{'' if inside or ci is None else ' (outside the interval)'}; P(wait) "
+            f"{share(steady.get('P(wait) theory'))} vs {share(steady.get('P(wait) simulated'))}."
+        )
+    trace = theory.get("trace")
+    if trace:
+        d = float(trace.get("max |wait - recursion| (s)", math.nan))
+        th_ok = th_ok and d < 1e-6
+        lines.append(f"Trace replay vs the FIFO recursion: largest difference {duration(d)}.")
+    theory_div = (
+        f"<div id='theory'><b>Theory agrees: <span class='{'ok' if th_ok else 'bad'}'>"
+        f"{'yes' if th_ok else 'no'}</span></b><br>"
+        f"{_e(' '.join(lines)) or 'No scenario here has a closed form.'}</div>"
+    )
+    return ["<section class='evidence' id='evidence'>", inv, model, theory_div, "</section>"]
+
+
+def theory_text(th: Mapping[str, Any]) -> str:
+    """A scenario's theory check in words."""
+    if "Wq theory" in th:
+        return (
+            f"{th['what']}: mean wait {duration(th['Wq theory'])} in theory, "
+            f"{duration(th.get('Wq simulated'))} simulated; share of runs that wait "
+            f"{share(th.get('P(wait) theory'))} in theory, {share(th.get('P(wait) simulated'))} "
+            "simulated."
+        )
+    if "max |wait - recursion| (s)" in th:
+        return (
+            f"{th['what']}: the largest difference between a run's wait and the recursion's is "
+            f"{duration(th['max |wait - recursion| (s)'])} (mean wait "
+            f"{duration(th.get('mean wait (s)'))})."
+        )
+    return "; ".join(
+        f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in th.items()
+    )
+
+
+def _thumbnail(src: Path, dst: Path, width: int = 260) -> None:
+    """A small copy of a chart (Pillow, which matplotlib itself depends on)."""
+    from PIL import Image
+
+    with Image.open(src) as im:
+        im.thumbnail((width, width * 4))
+        im.save(dst, optimize=True)
+
+
+def _thumbs(names: Iterable[str], out: Path) -> list[str]:
+    """Thumbnails of each scenario's waiting-time chart, linking to its page."""
+    parts = ["<div class='thumbs' id='charts'>"]
+    cap_png = out / "capacity" / "plan.png"
+    if cap_png.exists():
+        _thumbnail(cap_png, out / "capacity" / "thumb.png")
+        parts.append(
+            "<a href='capacity/index.html'><img src='capacity/thumb.png' "
+            "alt='capacity plan chart'>Capacity plan</a>"
+        )
+    for name in names:
+        src = out / name / "waits.png"
+        if not src.exists():
+            continue
+        _thumbnail(src, out / name / "thumb.png")
+        title = TITLES.get(name, (name, ""))[0]
+        parts.append(
+            f"<a href='{_e(name)}/index.html'><img src='{_e(name)}/thumb.png' "
+            f"alt='{_e(title)}: waiting times'>{_e(title)}</a>"
+        )
+    parts.append("</div>")
+    return parts
+
+
+FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("runs", "Runs", "count"),
+    ("measured", "Runs measured (after warm-up)", "count"),
+    ("end_s", "Simulated time", "duration"),
+    ("throughput_per_s", "Throughput", "rate"),
+    ("wait_mean_s", "Mean wait", "duration"),
+    ("wait_p50_s", "Median wait", "duration"),
+    ("wait_p95_s", "95th-percentile wait", "duration"),
+    ("wait_p99_s", "99th-percentile wait", "duration"),
+    ("p_wait", "Runs that waited", "share"),
+    ("utilization", "Utilization", "share"),
+    ("stuck_s", "Stuck time (a free node could have taken a queued run)", "duration"),
+    ("advert_share", "Share of work spent on heartbeats", "share"),
+    ("virtual_s_per_wall_s", "Simulated seconds per wall second", "number"),
+)
+
+
+def _figure(value: Any, kind: str, ci: Ci | None = None) -> str:
+    if value is None:
+        return "–"
+    v = float(value)
+    if kind == "duration":
+        return duration(v, *((ci.low, ci.high) if ci else ()))
+    if kind == "share":
+        return share(v)
+    if kind == "count":
+        return count(v)
+    if kind == "rate":
+        return f"{v * 3600:,.1f} runs per hour"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.2f}".rstrip("0").rstrip(".")
+
+
+def _scenario_page(
+    out: Path,
+    name: str,
+    sc: Scenario | None,
+    row: Mapping[str, Any],
+    s: Mapping[str, Any],
+    th: Mapping[str, Any] | None,
+) -> None:
+    title, what = TITLES.get(name, (name.replace("_", " ").capitalize(), ""))
+    body = [
+        "<p class='muted'><a href='../index.html'>← the report</a></p>",
+        f"<h1>{_e(title)}</h1>",
+        f"<p>{_e(what)}</p>",
+    ]
+    if sc is not None:
+        st = sc.settings
+        body.append(
+            f"<p class='muted'>Fleet and load: {_e(_describe(sc))}. Scenario "
+            f"<code>{_e(sc.name)}</code>, seed {sc.seed}; lease TTL {duration(st.lease_ttl_s)}, "
+            f"advert TTL {duration(st.advert_ttl_s)}, reaper every {duration(st.renew_s)}, "
+            f"wake on return {'on' if st.wake_on_return else 'off'}.</p>"
+        )
+    body.append("<table><tbody>")
+    for key, label, kind in FIGURES:
+        if key in s:
+            stat = key[:-2] if key.endswith("_s") else key
+            ci = interval(s, stat) if kind == "duration" else None
+            note = f" <span class='muted'>({_e(ci.method)})</span>" if ci and ci.method else ""
+            body.append(
+                f"<tr><th>{_e(label)}</th><td class='n'>{_figure(s[key], kind, ci)}{note}</td></tr>"
+            )
+    agrees = bool(row.get("model_agrees"))
+    body.append(
+        "<tr><th>Invariant violations (I1–I7)</th>"
+        f"<td class='n'>{int(row.get('violations', 0))}</td></tr>"
+        f"<tr><th>Reference model agrees</th><td class='n'>{'yes' if agrees else 'no'}</td></tr>"
+        "</tbody></table>"
+    )
+    if not agrees and row.get("first_divergence"):
+        body.append(f"<p class='bad'>First divergence: {_e(row['first_divergence'])}</p>")
+    if th:
+        body.append(f"<p><b>Against theory.</b> {_e(theory_text(th))}</p>")
+    for chart, alt in (
+        ("waits", "waiting times"),
+        ("queue", "queue length over time"),
+        ("gantt", "leases per node"),
+    ):
+        if (out / name / f"{chart}.png").exists():
+            body.append(
+                f"<h2>{_e(alt.capitalize())}</h2>"
+                f"<img class='full' src='{chart}.png' alt='{_e(title)}: {alt}'>"
+            )
+    files = sorted(p.name for p in (out / name).glob("*") if p.suffix in (".csv", ".json", ".txt"))
+    body.append(
+        "<p class='muted'>Data: "
+        + ", ".join(f"<a href='{_e(f)}'>{_e(f)}</a>" for f in files)
+        + "</p>"
+    )
+    (out / name / "index.html").write_text(_page(title, body, root="../"), encoding="utf-8")
+
+
+def _capacity_page(out: Path, cap: Capacity) -> None:
+    from sim import plots  # matplotlib, imported when a chart is drawn
+
+    plt = plots.pyplot()
+    d = out / "capacity"
+    d.mkdir(parents=True, exist_ok=True)
+    fig = cap.plan.plot()
+    fig.savefig(d / "plan.png", dpi=100)
+    plt.close(fig)
+    p = cap.plan
+    frame = p.to_frame()
+    q = _pct(p.quantile)
+    body = [
+        "<p class='muted'><a href='../index.html'>← the report</a></p>",
+        f"<h1>Capacity plan: {_e(TRACE_NAME)}</h1>",
+        f"<p><b>{_e(headline(cap))}</b></p>",
+        "<img class='full' src='plan.png' alt='wait and utilization per fleet size'>",
+        "<table id='plan'><thead><tr><th>Stage</th><th>Engine</th><th class='n'>Nodes</th>"
+        "<th class='n'>Runs</th><th class='n'>Mean wait</th><th class='n'>Median wait</th>"
+        f"<th class='n'>{_e(q.capitalize())} wait</th><th class='n'>Utilization</th>"
+        "<th>Meets the target</th></tr></thead><tbody>",
+    ]
+    stage_names = {"grid": "grid", "confirm": "confirmation"}
+    engine_names = {"model": "reference model", "mediator": "real Mediator"}
+    for _, r in frame.iterrows():
+
+        def cell(base: str, r: Any = r) -> str:
+            return duration(r.get(base + "_s"), r.get(base + "_low"), r.get(base + "_high"))
+
+        body.append(
+            f"<tr><td>{_e(stage_names.get(r['stage'], r['stage']))}</td>"
+            f"<td>{_e(engine_names.get(r['engine'], r['engine']))}</td>"
+            f"<td class='n'>{int(r['size'])}</td>"
+            f"<td class='n'>{count(r['runs'])}</td><td class='n'>{cell('wait_mean')}</td>"
+            f"<td class='n'>{cell('wait_p50')}</td><td class='n'>{cell(p.column[:-2])}</td>"
+            f"<td class='n'>{share(r['utilization'])}</td>"
+            f"<td>{'yes' if r.get('meets_target') else 'no'}</td></tr>"
+        )
+    body.append("</tbody></table>")
+    body.append("<h2>Tomorrow's load</h2>")
+    body += _growth_table(cap)
+    frame.to_csv(d / "plan.csv", index=False)
+    cap.growth.to_csv(d / "growth.csv", index=False)
+    body.append(
+        "<p class='muted'>Data: <a href='plan.csv'>plan.csv</a>, "
+        "<a href='growth.csv'>growth.csv</a></p>"
+    )
+    (d / "index.html").write_text(_page("Capacity plan", body, root="../"), encoding="utf-8")
+
+
+def write_site(
+    out: Path,
+    table: pd.DataFrame,
+    theory: Mapping[str, Mapping[str, Any]],
+    scenarios: Mapping[str, Scenario],
+    cap: Capacity,
+    notebooks: Sequence[str],
+    took_s: float,
+) -> None:
+    """Write the front page, the capacity page and one page per scenario into ``out``."""
+    (out / "report.css").write_text(CSS.strip() + "\n", encoding="utf-8")
+    summaries: dict[str, dict[str, Any]] = {}
+    for name in table["scenario"]:
+        path = out / name / "summary.json"
+        summaries[name] = json.loads(path.read_text()) if path.exists() else {}
+    _capacity_page(out, cap)
+    rows = {r["scenario"]: r.to_dict() for _, r in table.iterrows()}
+    for name in table["scenario"]:
+        _scenario_page(
+            out, name, scenarios.get(name), rows[name], summaries[name], theory.get(name)
+        )
+    methods = _methods(summaries.values(), ("wait_mean", "wait_p95"))
+    body = ["<h1>Mediator capacity report</h1>"]
+    body += _answer(cap)
+    body.append(_method(cap, methods))
+    body.append("<h2>As the load grows</h2>")
+    body += _growth_table(cap)
+    body.append("<h2>Every scenario on the real Mediator</h2>")
+    body.append(
+        "<p class='muted'>Waits are queue waits (submit to start) of the measured runs; "
+        "[low–high] is a 95 % interval"
+        + (f" ({_e('; '.join(methods))})" if methods else "")
+        + ", shown where a scenario has enough runs. Stuck time: how long a queued run could "
+        "have been started by a free node but was not.</p>"
+    )
+    body += _scenario_table(table, summaries, scenarios)
+    body.append("<h2>Is it right?</h2>")
+    body += _evidence(table, theory, cap, summaries)
+    body.append("<h2>Charts</h2>")
+    body += _thumbs(table["scenario"], out)
+    if notebooks:
+        body.append(
+            "<h2>Notebooks</h2><p>"
+            + " · ".join(
+                f"<a href='{_e(n)}'>{_e(Path(n).stem.replace('-', ' '))}</a>" for n in notebooks
+            )
+            + "</p>"
+        )
+    body.append(
+        f"<p class='muted'>Every scenario ran on the real Mediator and PostgreSQL in virtual time "
+        f"and on the reference model; the whole report took {duration(took_s)}. Machine-readable: "
+        "<a href='summary.csv'>summary.csv</a>, <a href='theory.json'>theory.json</a>.</p>"
+    )
+    (out / "index.html").write_text(_page("Mediator capacity report", body), encoding="utf-8")

@@ -1,0 +1,788 @@
+"""Capacity planning (docs/design.md §20): how many nodes keep a wait quantile under a target?
+
+``sim.plan(workload, target, fleet_sizes, replications)`` answers "how many nodes with capability
+X keep the 95th-percentile queue wait under 5 minutes at this load?" the way design.md §20 asks
+it to:
+
+- **The grid on the reference model.** Every fleet size is simulated ``replications`` times on
+  the in-memory model (``engine="model"``, ~60,000 runs per wall second), or on the real Mediator
+  (``engine="mediator"``) when you want every figure from the database.
+- **Common random numbers.** Replication k uses the same seed at every fleet size, and
+  ``sim.inputs.workload.materialize`` draws arrivals and durations from streams the fleet does not
+  touch, so two sizes see the very same runs: differences between sizes are the fleet's, not noise.
+- **Honest intervals.** p50/p95/p99 (and the target's quantile) and the mean wait come with
+  confidence intervals over independent replications (``sim.analysis.quantile_ci``). A workload
+  with no randomness — a trace replay — gives identical replications; then the interval comes
+  from ``batches`` consecutive stretches of the one run (batch quantiles, like batch means).
+- **Theory beside it.** Where the scenario is M/M/c (``sim.inputs.theory.mmc_params``), the Erlang C
+mean
+  and quantiles are shown for every size.
+- **The recommendation, confirmed.** The smallest size whose target quantile is within the target
+  (upper confidence bound included) is recommended; it and its grid neighbours are then simulated
+  on the real Mediator with the same seeds (``sim.run``, each simulation on a fresh database) and
+  shown beside the model's figures for the same workload. The two engines promote the same runs at
+  the same instants (design.md §20), so the confirmation also reports the largest wait difference.
+
+Replications run on any ``concurrent.futures.Executor``: a local process pool by default (spawned
+workers, one per core), or a Dask cluster's executor (``distributed.Client.get_executor()``) when
+one machine is not enough. Each task is a picklable ``PlanTask``; each result is a small
+``Replication`` (waits and utilization), so only numbers travel back.
+
+How the fleet is varied: ``workload`` is either a ``Scenario`` — then node group ``group`` (an
+index, or a group's ``id_prefix``) gets ``count = size`` and the other groups stay as they are —
+or any callable ``size -> Scenario`` for anything else (scaling two groups together, say).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import functools
+import html
+import io
+import math
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+from sim.analysis import Interval, erlang_c, mmc_wait_quantile, mmc_wq, sectioning
+from sim.analysis import replication_seeds as _seeds
+from sim.brokers.entry import BROKERS, run
+from sim.inputs.scenarios import Constant, Scenario, Scripted, Trace
+from sim.inputs.theory import mmc_params
+from sim.parallel import local_pool
+from sim.studies.classplan import plan_classes
+
+ENGINES = BROKERS  # the old name, kept for one release
+QUANTILES = (0.5, 0.95, 0.99)
+
+Workload = Scenario | Callable[[int], Scenario]
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One simulation of a plan: a sized, seeded scenario on one engine.
+
+    Attributes:
+        scenario: the scenario with its fleet size and replication seed already set.
+        size: the fleet size it stands for.
+        rep: the replication index (same index, same seed at every size).
+        engine: ``"model"`` or ``"mediator"``.
+        database_url: the PostgreSQL server the Mediator's fresh database is created on.
+    """
+
+    scenario: Scenario
+    size: int
+    rep: int
+    engine: str
+    database_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Replication:
+    """What one simulation contributes to a plan.
+
+    Attributes:
+        size: fleet size.
+        rep: replication index.
+        seed: the scenario seed it ran with.
+        engine: ``"model"`` or ``"mediator"``.
+        waits: queue waits of the measured runs (warm-up left out), in arrival order; runs that
+            never started are not in it (see ``unstarted``).
+        unstarted: measured runs still waiting when the simulation stopped.
+        utilization: mean share of time the nodes held a lease.
+        wall_s: wall-clock seconds the simulation took.
+        violations: invariant breaches the real Mediator's run found (0 for the model).
+    """
+
+    size: int
+    rep: int
+    seed: int
+    engine: str
+    waits: npt.NDArray[np.float64]
+    unstarted: int
+    utilization: float
+    wall_s: float
+    violations: int = 0
+
+
+def simulate_one(task: PlanTask) -> Replication:
+    """Run one task (the function executors receive; module-level so it pickles).
+
+    Args:
+        task: what to simulate and on which engine.
+
+    Returns:
+        The replication's waits and utilization.
+    """
+    if task.engine not in BROKERS:
+        raise ValueError(f"engine {task.engine!r} not in {BROKERS}")
+    with _task_template(task.database_url if task.engine == "mediator" else None) as template:
+        result = run(task.scenario, task.engine, database_url=task.database_url, progress=False,
+                     template=template, drop=task.database_url is not None,
+                     record_events=False)  # fmt: skip
+    violations = len(result.violations)
+    runs = result.runs[~result.runs["warmup"].astype(bool)]
+    started = runs["wait_s"].notna()
+    util = result.utilization()["utilization"]
+    return Replication(
+        size=task.size,
+        rep=task.rep,
+        seed=task.scenario.seed,
+        engine=task.engine,
+        waits=runs.loc[started, "wait_s"].to_numpy(dtype=float),
+        unstarted=int((~started).sum()),
+        utilization=float(util.mean()) if len(util) else math.nan,
+        wall_s=float(result.wall_s),
+        violations=violations,
+    )
+
+
+@contextlib.contextmanager
+def _task_template(database_url: str | None) -> Iterator[str | None]:
+    """A schema-loaded template database of this task's own on the server, dropped afterwards
+    (issue 14 §8): tasks on a Dask cluster share one PostgreSQL server and nothing else."""
+    if database_url is None:
+        yield None
+        return
+    from mediator.databases import create_schema_database, drop_database
+
+    name = f"simtpl_{uuid.uuid4().hex}"
+    try:
+        create_schema_database(database_url, name)
+        yield name
+    finally:
+        drop_database(database_url, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------
+
+
+def _pct(q: float) -> str:
+    """0.95 → "p95", 0.999 → "p99.9" (column names)."""
+    return "p" + f"{q * 100:.6g}"
+
+
+@dataclass(eq=False)
+class CapacityPlan:
+    """The answer of ``sim.plan``: a table per fleet size, the recommendation and its check.
+
+    Attributes:
+        target: ``{"quantile": q, "wait_s": t}`` — the q-quantile of the wait must be at most t.
+        sizes: the fleet sizes of the grid, ascending.
+        engine: the grid's engine.
+        grid: one row per size on the grid's engine (see ``to_frame`` for the columns).
+        recommended: the smallest size meeting the target, or None when no size does.
+        confirmation: rows for the recommended size and its grid neighbours on the real Mediator
+            and, beside them, on the model for the same workload (empty when not confirmed).
+        replications: every simulation's ``Replication``, grid and confirmation.
+        scenario_name: the workload scenario's name, for titles.
+        confirmation_note: what the confirmation ran and what it shows.
+    """
+
+    target: dict[str, float]
+    sizes: list[int]
+    engine: str
+    grid: pd.DataFrame
+    recommended: int | None
+    confirmation: pd.DataFrame
+    replications: list[Replication] = field(repr=False)
+    scenario_name: str = ""
+    confirmation_note: str = ""
+
+    @property
+    def quantile(self) -> float:
+        """The target's quantile (0.95 for a p95 target)."""
+        return float(self.target["quantile"])
+
+    @property
+    def wait_s(self) -> float:
+        """The target's wait bound in seconds."""
+        return float(self.target["wait_s"])
+
+    @property
+    def column(self) -> str:
+        """The frame column holding the target quantile's estimate, e.g. ``wait_p95_s``."""
+        return f"wait_{_pct(self.quantile)}_s"
+
+    def row(self, size: int, engine: str | None = None, stage: str = "grid") -> pd.Series:
+        """The frame row of one size (the grid's engine by default)."""
+        frame = self.to_frame()
+        engine = engine or (self.engine if stage == "grid" else "mediator")
+        hit = frame[
+            (frame["size"] == size) & (frame["engine"] == engine) & (frame["stage"] == stage)
+        ]
+        if hit.empty:
+            raise KeyError(f"no {stage} row for size {size} on {engine}")
+        return hit.iloc[0]
+
+    def to_frame(self) -> pd.DataFrame:
+        """Grid and confirmation rows in one table.
+
+        Columns: stage (``grid`` / ``confirm``), engine, size, replications, runs (measured,
+        summed over replications), unstarted, wait_mean_s with _low/_high, wait_pXX_s with
+        _low/_high for p50, p95, p99 and the target's quantile, p_wait (share of runs that
+        waited), utilization, erlang_wait_mean_s and erlang_pXX_s (NaN where M/M/c does not
+        apply, inf where the queue is unstable), meets_target, wall_s, violations, and on
+        confirmation rows max_abs_diff_s (largest |wait on the Mediator − wait on the model| over
+        the same runs).
+        """
+        if self.confirmation.empty:
+            return self.grid.copy()
+        return pd.concat([self.grid, self.confirmation], ignore_index=True)
+
+    def headline(self) -> str:
+        """One sentence with the answer, e.g. for a notebook's markdown."""
+        q, t = _pct(self.quantile), self.wait_s
+        if self.recommended is None:
+            biggest = self.row(self.sizes[-1])
+            return (
+                f"No fleet size in {self.sizes[0]}–{self.sizes[-1]} keeps the {q} wait within "
+                f"{t:g} s: at {self.sizes[-1]} nodes it is {biggest[self.column]:,.0f} s."
+            )
+        r = self.row(self.recommended)
+        text = (
+            f"{self.recommended} nodes is the smallest fleet whose {q} wait stays within {t:g} s: "
+            f"{r[self.column]:,.1f} s [{r[self.column[:-2] + '_low']:,.1f}, "
+            f"{r[self.column[:-2] + '_high']:,.1f}] at {r['utilization']:.0%} utilization"
+        )
+        smaller = [s for s in self.sizes if s < self.recommended]
+        if smaller:
+            below = self.row(smaller[-1])
+            est, high = below[self.column], below[self.column[:-2] + "_high"]
+            text += f"; {smaller[-1]} nodes give {est:,.1f} s"
+            if est <= t:
+                text += (
+                    f", within the target as an estimate but not with confidence "
+                    f"(up to {high:,.1f} s)"
+                )
+        return text + "."
+
+    def plot(self, ax: Any = None) -> Any:
+        """The target quantile's wait per fleet size (with intervals, the target line, Erlang C
+        where it applies, the Mediator's confirmation) and the utilization below it.
+
+        Args:
+            ax: two matplotlib axes (wait, utilization); None makes a new figure.
+
+        Returns:
+            The figure.
+        """
+        from sim import plots  # matplotlib, imported when a chart is drawn
+
+        plt = plots.pyplot()  # (headless when no display is set)
+
+        if ax is None:
+            fig, (wait_ax, util_ax) = plt.subplots(
+                2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+            )
+        else:
+            wait_ax, util_ax = ax
+            fig = wait_ax.figure
+        col, base = self.column, self.column[:-2]
+        g = self.grid
+        err = np.vstack([g[col] - g[base + "_low"], g[base + "_high"] - g[col]]).clip(min=0)
+        wait_ax.errorbar(
+            g["size"],
+            g[col],
+            yerr=np.nan_to_num(err),
+            fmt="o-",
+            capsize=4,
+            label=f"{_pct(self.quantile)} wait, {self.engine}",
+        )
+        erl = g[f"erlang_{_pct(self.quantile)}_s"]
+        if np.isfinite(erl.to_numpy(dtype=float)).any():
+            wait_ax.plot(g["size"], erl, "--", color="#C44E52", label="Erlang C (M/M/c)")
+        c = self.confirmation
+        if not c.empty:
+            med = c[c["engine"] == "mediator"]
+            wait_ax.plot(
+                med["size"],
+                med[col],
+                "s",
+                mfc="none",
+                mec="black",
+                ms=11,
+                label="real Mediator (confirmation workload)",
+            )
+        wait_ax.axhline(self.wait_s, color="gray", ls=":", label=f"target {self.wait_s:g} s")
+        if self.recommended is not None:
+            wait_ax.axvline(self.recommended, color="#55A868", alpha=0.4, lw=6, label="recommended")
+        # Waits span orders of magnitude and are often 0: linear near 0, logarithmic above.
+        wait_ax.set_yscale("symlog", linthresh=max(1.0, self.wait_s / 10))
+        top = np.nanmax([*g[col], *g[base + "_high"], self.wait_s])
+        wait_ax.set_ylim(0, 3 * top if np.isfinite(top) and top > 0 else None)
+        wait_ax.set_ylabel("queue wait (s)")
+        wait_ax.set_title(f"Capacity plan: {self.scenario_name}")
+        wait_ax.legend(fontsize=8, loc="upper right")
+        util_ax.plot(g["size"], g["utilization"], "o-", color="#8172B2")
+        util_ax.set_ylim(0, 1)
+        util_ax.set_ylabel("utilization")
+        util_ax.set_xlabel("fleet size (nodes)")
+        util_ax.set_xticks(self.sizes)
+        fig.tight_layout()
+        return fig
+
+    def _table_html(self) -> str:
+        full = self.to_frame()
+        keep = ["stage", "engine", "size", "replications", "runs", "wait_mean_s"]
+        keep += [f"wait_{_pct(q)}_s" for q in self._quantiles()]
+        keep += ["utilization", "p_wait", "erlang_wait_mean_s", f"erlang_{_pct(self.quantile)}_s"]
+        keep += ["meets_target", "max_abs_diff_s"]
+        # Leave out what says nothing here: theory where M/M/c does not apply, no confirmation.
+        keep = [k for k in keep if k in full and not full[k].isna().all()]
+        frame = full[keep].copy()
+        for q in self._quantiles():
+            col, base = f"wait_{_pct(q)}_s", f"wait_{_pct(q)}"
+            frame[col] = [
+                f"{e:,.1f} [{lo:,.1f}, {hi:,.1f}]" if lo == lo else f"{e:,.1f}"
+                for e, lo, hi in zip(
+                    full[col], full[base + "_low"], full[base + "_high"], strict=True
+                )
+            ]
+        return str(frame.to_html(index=False, float_format=lambda v: f"{v:,.3g}", na_rep="–"))
+
+    def _quantiles(self) -> list[float]:
+        return sorted({*QUANTILES, self.quantile})
+
+    def _repr_html_(self) -> str:
+        return f"<p>{html.escape(self.headline())}</p>" + self._table_html()
+
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """A self-contained HTML report: the answer, the chart (inline PNG), the table, and how
+        the numbers were made.
+
+        Args:
+            path: also write it there.
+
+        Returns:
+            The HTML document.
+        """
+        from sim import plots  # matplotlib, imported when a chart is drawn
+
+        plt = plots.pyplot()
+        fig = self.plot()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        plt.close(fig)
+        png = base64.b64encode(buf.getvalue()).decode()
+        method = (
+            f"Grid on the {self.engine} engine with common random numbers (the same seeds at every "
+            f"size); intervals are 95% confidence intervals over replications (or over batches of "
+            f"one run when the workload has no randomness). The recommended size and its "
+            f"neighbours ran on the real Mediator and PostgreSQL with the same seeds."
+        )
+        doc = "\n".join(
+            [
+                "<!doctype html><meta charset='utf-8'>",
+                f"<title>Capacity plan: {html.escape(self.scenario_name)}</title>",
+                "<style>body{font:14px system-ui;margin:2rem;max-width:1100px}"
+                "table{border-collapse:collapse}td,th{padding:.2rem .5rem;"
+                "border-bottom:1px solid #ddd}img{max-width:100%}</style>",
+                f"<h1>Capacity plan: {html.escape(self.scenario_name)}</h1>",
+                f"<p><b>{html.escape(self.headline())}</b></p>",
+                f"<p>{html.escape(method)}</p>",
+                f"<p>{html.escape(self.confirmation_note)}</p>",
+                f"<img alt='capacity plan chart' src='data:image/png;base64,{png}'>",
+                self._table_html(),
+            ]
+        )
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(doc + "\n")
+        return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics of one (engine, size) cell
+# ---------------------------------------------------------------------------------------------
+
+
+def _nan_interval(estimate: float) -> Interval:
+    return Interval(estimate, math.nan, math.nan, 0, 0.95)
+
+
+def _intervals(
+    reps: Sequence[Replication], quantiles: Iterable[float], batches: int
+) -> dict[str, Interval]:
+    """Mean and quantile intervals over replications, or over batches of one run when the
+    replications are identical (a deterministic workload) or there is only one."""
+    samples = [r.waits for r in reps if r.waits.size]
+    if not samples:
+        return {}
+    distinct = len(samples) > 1 and not all(np.array_equal(samples[0], s) for s in samples[1:])
+    if not distinct:
+        one = samples[0]
+        samples = [b for b in np.array_split(one, min(batches, one.size // 2)) if b.size]
+    pooled = np.concatenate(samples)
+    out: dict[str, Interval] = {}
+    if len(samples) < 2:
+        out["mean"] = _nan_interval(float(pooled.mean()))
+        for q in quantiles:
+            out[_pct(q)] = _nan_interval(float(np.quantile(pooled, q)))
+        return out
+    # Sectioning: centred on the pooled figure, so the estimate is always inside its interval.
+    how = f"replications, {len(samples)}" if distinct else f"batches of one run, {len(samples)}"
+    out["mean"] = sectioning(samples, lambda a: float(a.mean()), method=how)
+    for q in quantiles:
+        out[_pct(q)] = sectioning(samples, functools.partial(_quantile_of, q=q), method=how)
+    return out
+
+
+def _quantile_of(a: npt.NDArray[np.float64], q: float) -> float:
+    return float(np.quantile(a, q))
+
+
+def _erlang(scenario: Scenario, quantiles: Iterable[float]) -> dict[str, float]:
+    """Erlang C's mean and quantiles for a sized scenario; NaN where M/M/c does not apply."""
+    params = mmc_params(scenario)
+    out = {"erlang_wait_mean_s": math.nan, "erlang_p_wait": math.nan}
+    out.update({f"erlang_{_pct(q)}_s": math.nan for q in quantiles})
+    if params is None:
+        return out
+    lam, mu, c = params
+    if lam >= c * mu:
+        return {k: (1.0 if k == "erlang_p_wait" else math.inf) for k in out}
+    out["erlang_wait_mean_s"] = mmc_wq(lam, mu, c)
+    out["erlang_p_wait"] = erlang_c(c, lam / mu)
+    for q in quantiles:
+        out[f"erlang_{_pct(q)}_s"] = mmc_wait_quantile(lam, mu, c, q)
+    return out
+
+
+def _row(
+    stage: str,
+    engine: str,
+    size: int,
+    reps: Sequence[Replication],
+    scenario: Scenario,
+    quantiles: Sequence[float],
+    target: Mapping[str, float],
+    batches: int,
+) -> dict[str, Any]:
+    iv = _intervals(reps, quantiles, batches)
+    all_waits = np.concatenate([r.waits for r in reps]) if reps else np.array([])
+    row: dict[str, Any] = {
+        "stage": stage,
+        "engine": engine,
+        "size": size,
+        "replications": len(reps),
+        "runs": int(sum(r.waits.size + r.unstarted for r in reps)),
+        "unstarted": int(sum(r.unstarted for r in reps)),
+    }
+    for key, name in [("mean", "wait_mean"), *[(_pct(q), f"wait_{_pct(q)}") for q in quantiles]]:
+        i = iv.get(key, _nan_interval(math.nan))
+        # Waits are never negative: a t-interval reaching below 0 is cut there.
+        low = max(0.0, i.low) if math.isfinite(i.low) else i.low
+        row[f"{name}_s"], row[f"{name}_low"], row[f"{name}_high"] = i.estimate, low, i.high
+    row["interval_method"] = iv["mean"].method if "mean" in iv else ""
+    row["p_wait"] = float((all_waits > 0).mean()) if all_waits.size else math.nan
+    row["utilization"] = float(np.mean([r.utilization for r in reps])) if reps else math.nan
+    row.update(_erlang(scenario, quantiles))
+    q = _pct(float(target["quantile"]))
+    # Conservative: the estimate *and* the upper confidence bound must be within the target;
+    # unstarted runs have waited at least until the end, so a size that leaves any fails.
+    worst = np.nanmax([row[f"wait_{q}_s"], row[f"wait_{q}_high"]])
+    row["meets_target"] = bool(worst <= float(target["wait_s"]) and row["unstarted"] == 0)
+    row["wall_s"] = float(sum(r.wall_s for r in reps))
+    row["violations"] = int(sum(r.violations for r in reps))
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# sim.plan
+# ---------------------------------------------------------------------------------------------
+
+
+def sized(workload: Workload, size: int, group: int | str = 0) -> Scenario:
+    """The workload's scenario with `size` nodes (see the module docstring for how).
+
+    Args:
+        workload: a ``Scenario`` or a callable ``size -> Scenario``.
+        size: the fleet size.
+        group: for a ``Scenario``, which node group to resize: an index or an ``id_prefix``.
+
+    Returns:
+        The scenario for that size.
+    """
+    if not isinstance(workload, Scenario):
+        return workload(size)
+    groups = list(workload.fleet.groups)
+    idx = [g.id_prefix for g in groups].index(group) if isinstance(group, str) else group
+    groups[idx] = dataclasses.replace(groups[idx], count=size)
+    fleet = dataclasses.replace(workload.fleet, groups=tuple(groups))
+    return dataclasses.replace(workload, fleet=fleet)
+
+
+def _max_abs_diff(a: Replication, b: Replication) -> float:
+    """Largest wait difference between two engines' runs of the same plan (inf: not the same
+    runs started)."""
+    if a.waits.shape != b.waits.shape or a.unstarted != b.unstarted:
+        return math.inf
+    return float(np.max(np.abs(a.waits - b.waits))) if a.waits.size else 0.0
+
+
+def _truncated(scenario: Scenario, runs: int | None) -> Scenario:
+    if runs is None or (scenario.horizon_runs is not None and scenario.horizon_runs <= runs):
+        return scenario
+    warmup = scenario.warmup_runs if scenario.warmup_runs < runs // 2 else runs // 10
+    return dataclasses.replace(scenario, horizon_runs=runs, warmup_runs=warmup)
+
+
+def _map(
+    pool: Executor | None, tasks: list[PlanTask], desc: str, progress: bool
+) -> list[Replication]:
+    """Run tasks (in order of the list) with a progress bar over their completions."""
+    bar: Any = None
+    # Submit first: a fork pool starts its workers on the first submit, before tqdm's monitor
+    # thread exists (forking a process with threads is unsafe).
+    futures = [pool.submit(simulate_one, t) for t in tasks] if pool is not None else []
+    if progress:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
+
+        bar = tqdm(total=len(tasks), desc=desc, unit="sim")
+    try:
+        if pool is None:
+            out = []
+            for t in tasks:
+                out.append(simulate_one(t))
+                if bar is not None:
+                    bar.update(1)
+            return out
+        if bar is not None:
+            for _ in as_completed(futures):
+                bar.update(1)
+        return [f.result() for f in futures]
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _check_target(target: Mapping[str, float]) -> tuple[float, float]:
+    """The target's (quantile, wait_s); a wrong key is named with the keys expected."""
+    keys = set(target)
+    if keys != {"quantile", "wait_s"}:
+        wrong = sorted(keys - {"quantile", "wait_s"})
+        missing = sorted({"quantile", "wait_s"} - keys)
+        what = f"unknown key {wrong[0]!r}" if wrong else f"missing key {missing[0]!r}"
+        raise ValueError(
+            f"target: {what}; expected {{'quantile': 0.95, 'wait_s': 600}} "
+            f"(the q-quantile of the wait must be at most wait_s seconds)"
+        )
+    q, wait_s = float(target["quantile"]), float(target["wait_s"])
+    if not 0 < q < 1 or wait_s < 0:
+        raise ValueError("target needs a quantile in (0, 1) and wait_s >= 0")
+    return q, wait_s
+
+
+def is_deterministic(scenario: Scenario) -> bool:
+    """Whether the seed changes nothing: a trace or scripted arrivals, constant (or traced)
+    durations, no failures, asks or random fleet processes — replications would be identical."""
+    wl = scenario.workload
+    if not isinstance(wl.arrivals, Trace | Scripted) or scenario.fleet.random:
+        return False
+    for t in wl.templates:
+        for st in t.steps:
+            if st.kind == "ask" or st.fail_p or st.retry_p:
+                return False
+            if not isinstance(wl.arrivals, Trace) and not isinstance(st.duration, Constant):
+                return False
+    return True
+
+
+#: The real Mediator's confirmation replays at most this many runs per simulation by default:
+#: it checks that the Mediator schedules them exactly as the model does (same waits), which a
+#: bounded prefix shows as well as the whole; the target itself is judged on the grid.
+CONFIRM_RUNS = 1500
+
+
+def plan(
+    workload: Workload,
+    target: Mapping[str, float],
+    fleet_sizes: Iterable[int],
+    replications: int | None = None,
+    executor: Executor | None = None,
+    broker: str = "model",
+    *,
+    engine: str | None = None,
+    group: int | str = 0,
+    confirm_replications: int | None = None,
+    confirm_runs: int | None = CONFIRM_RUNS,
+    database_url: str | None = None,
+    batches: int = 10,
+    progress: bool = True,
+    scheduler: str | None = None,
+    per_class: bool = False,
+) -> CapacityPlan:
+    """Find the smallest fleet whose wait quantile meets a target (docs/design.md §20).
+
+    Args:
+        workload: a ``Scenario`` whose node group ``group`` is resized, or a callable
+            ``size -> Scenario``. Its seed is the base of the replication seeds.
+        target: ``{"quantile": 0.95, "wait_s": 300}`` — the q-quantile of the queue wait (warm-up
+            excluded) must be at most ``wait_s`` seconds.
+        fleet_sizes: the sizes to simulate.
+        replications: independent replications per size (common random numbers: the same seeds
+            at every size). None: 1 for a workload with no randomness (a trace replay,
+            ``is_deterministic``) — intervals then come from ``batches`` consecutive stretches of
+            the run — else 5.
+        executor: where the simulations run; None: a local process pool, one worker per core
+            (or in-process when a pool cannot start safely, see ``sim.parallel.local_pool``). A Dask
+            cluster's ``client.get_executor()`` works the same.
+        broker: the grid's broker, ``"model"`` (fast) or ``"mediator"`` (every figure from the
+            real Mediator), as ``sim.run`` takes it.
+        engine: the old name of ``broker``, kept for one release.
+        group: which node group a ``Scenario`` workload resizes (index or ``id_prefix``).
+        confirm_replications: replications of the recommended size and its grid neighbours on
+            the real Mediator, with the grid's first seeds; None: as many as the grid, at most 2;
+            0: no confirmation.
+        confirm_runs: cap the confirmation workload at this many runs (the first ones), to keep
+            the real Mediator within a time budget (default ``CONFIRM_RUNS``; None: the whole
+            workload); the model runs the same capped workload beside it, so both are shown on
+            equal terms. What it confirms is ``CapacityPlan.confirmation_note``.
+        database_url: the PostgreSQL server the Mediator's databases are created on (each task
+            makes its own template database and its simulation's database, and drops both);
+            None starts one embedded cluster for the whole plan.
+        batches: how many batches make the interval when there is a single distinct replication.
+        progress: progress bars (tqdm) for the grid and the confirmation, and the
+            confirmation's size and meaning printed before it runs.
+        scheduler: a Dask scheduler's address: the simulations run on that cluster
+            (``executor`` is then ignored); give ``database_url`` a server its workers reach.
+        per_class: for a fleet of several node groups, size each group (capability class)
+            separately — see ``CapacityPlan.per_class``.
+
+    Returns:
+        The ``CapacityPlan``.
+    """
+    engine = broker if engine is None else engine
+    if engine not in BROKERS:
+        raise ValueError(f"broker {engine!r} not in {BROKERS}")
+    q, wait_s = _check_target(target)
+    if per_class:
+        if not isinstance(workload, Scenario):
+            raise ValueError("per_class needs a Scenario (its node groups are the classes)")
+        return plan_classes(workload, target, fleet_sizes, replications or 5)  # type: ignore[return-value]
+    sizes = sorted(set(int(s) for s in fleet_sizes))
+    if replications is None:
+        first = sized(workload, sizes[0], group) if sizes else None
+        replications = 1 if first is not None and is_deterministic(first) else 5
+    if not sizes or sizes[0] < 1 or replications < 1:
+        raise ValueError("need fleet sizes >= 1 and replications >= 1")
+    tgt = {"quantile": q, "wait_s": wait_s}
+    quantiles = sorted({*QUANTILES, q})
+    scenarios = {s: sized(workload, s, group) for s in sizes}
+    base_seed = scenarios[sizes[0]].seed
+    seeds = _seeds(base_seed, replications)
+    n_confirm = min(replications, 2) if confirm_replications is None else confirm_replications
+
+    client: Any = None
+    if scheduler is not None:
+        from distributed import Client
+
+        client = Client(scheduler)  # type: ignore[no-untyped-call, unused-ignore]
+        executor = client.get_executor()
+    own_pool = executor is None
+    pool = executor if executor is not None else local_pool(len(sizes) * replications)
+    embedded: Any = None
+
+    def server() -> str:
+        # One embedded cluster for the whole plan, started only if the Mediator runs at all.
+        nonlocal embedded
+        if database_url is not None:
+            return database_url
+        if embedded is None:
+            from mediator.pg import EmbeddedPostgres
+
+            embedded = EmbeddedPostgres(database="postgres")
+        return str(embedded.url("postgres"))
+
+    def tasks(at: Iterable[int], eng: str, n: int, runs: int | None) -> list[PlanTask]:
+        url = server() if eng == "mediator" else None
+        return [
+            PlanTask(
+                dataclasses.replace(_truncated(scenarios[s], runs), seed=seeds[k]), s, k, eng, url
+            )
+            for s in at
+            for k in range(n)
+        ]
+
+    try:
+        grid_reps = _map(pool, tasks(sizes, engine, replications, None), "grid", progress)
+        rows = [
+            _row(
+                "grid",
+                engine,
+                s,
+                [r for r in grid_reps if r.size == s],
+                scenarios[s],
+                quantiles,
+                tgt,
+                batches,
+            )
+            for s in sizes
+        ]
+        grid = pd.DataFrame(rows)
+        meeting = grid.loc[grid["meets_target"], "size"]
+        recommended = int(meeting.min()) if len(meeting) else None
+
+        confirm_reps: list[Replication] = []
+        crows: list[dict[str, Any]] = []
+        note = "No confirmation on the real Mediator."
+        # A grid on the Mediator needs no confirmation: it already is the real thing.
+        if recommended is not None and n_confirm and engine == "model":
+            i = sizes.index(recommended)
+            near = sizes[max(0, i - 1) : i + 2]
+            n = min(n_confirm, replications)
+            work = tasks(near, "mediator", n, confirm_runs) + tasks(near, "model", n, confirm_runs)
+            note = _confirm_note(near, n, work[0].scenario)
+            if progress:
+                print(note, flush=True)
+            confirm_reps = _map(pool, work, "confirmation", progress)
+            for s in near:
+                med = [r for r in confirm_reps if r.size == s and r.engine == "mediator"]
+                mod = [r for r in confirm_reps if r.size == s and r.engine == "model"]
+                diff = max(_max_abs_diff(a, b) for a, b in zip(med, mod, strict=True))
+                sc = _truncated(scenarios[s], confirm_runs)
+                for eng, reps in (("mediator", med), ("model", mod)):
+                    row = _row("confirm", eng, s, reps, sc, quantiles, tgt, batches)
+                    crows.append({**row, "max_abs_diff_s": diff})
+    finally:
+        if own_pool and pool is not None:
+            pool.shutdown()
+        if client is not None:
+            client.close()
+        if embedded is not None:
+            embedded.stop()
+    return CapacityPlan(
+        target=tgt,
+        sizes=sizes,
+        engine=engine,
+        grid=grid,
+        recommended=recommended,
+        confirmation=pd.DataFrame(crows),
+        replications=grid_reps + confirm_reps,
+        scenario_name=scenarios[sizes[0]].name,
+        confirmation_note=note,
+    )
+
+
+def _confirm_note(near: Sequence[int], n: int, scenario: Scenario) -> str:
+    """What the confirmation runs and what it shows (printed before it runs, issue 14 §4)."""
+    runs = scenario.horizon_runs
+    size = f"the first {runs:,} runs" if runs is not None else "the whole workload"
+    return (
+        f"Confirmation on the real Mediator: sizes {', '.join(map(str, near))}, {size}, "
+        f"{n} replication(s), beside the model on the same runs. It checks that the Mediator "
+        f"schedules these runs exactly as the model did (max |wait difference|); the target "
+        f"itself is judged on the grid."
+    )
