@@ -139,6 +139,10 @@ def _segment(value: object) -> str:
     return quote(str(value), safe="")
 
 
+# 1,000 pages of 1,000 nodes: far beyond any lab, and a bound on a server that invents cursors.
+_MAX_NODE_PAGES = 1000
+
+
 class Client:
     """The Mediator's HTTP API as Python methods.
 
@@ -393,17 +397,32 @@ class Client:
         return self._run(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
 
     def nodes(self) -> dict[str, Any]:
-        """The live fleet (route 11): ``{observed_at, nodes}``."""
-        body = self._get("/v1/nodes")
-        for node in self._list(body.get("nodes"), "nodes"):
-            if not isinstance(node, dict) or not isinstance(node.get("node_id"), str):
-                raise BadAnswer(self.url, "a node without a node_id")
-            lease = node.get("lease")
-            if lease is not None and not (
-                isinstance(lease, dict) and isinstance(lease.get("run_id"), str)
-            ):
-                raise BadAnswer(self.url, f"node {node['node_id']!r} has a malformed lease")
-        return dict(body)
+        """The live fleet (route 11): ``{observed_at, nodes}``, every page followed
+        (``observed_at`` is the first page's). A lying server cannot keep the client
+        paging forever: each page must move the cursor forward, and every node is checked."""
+        first = dict(self._get("/v1/nodes?limit=1000"))
+        nodes: list[Any] = []
+        page: dict[str, Any] = first
+        seen: set[str] = set()
+        while True:
+            for node in self._list(page.get("nodes"), "nodes"):
+                if not isinstance(node, dict) or not isinstance(node.get("node_id"), str):
+                    raise BadAnswer(self.url, "a node without a node_id")
+                lease = node.get("lease")
+                if lease is not None and not (
+                    isinstance(lease, dict) and isinstance(lease.get("run_id"), str)
+                ):
+                    raise BadAnswer(self.url, f"node {node['node_id']!r} has a malformed lease")
+                nodes.append(node)
+            after = page.get("next")
+            if not after:
+                break
+            if not isinstance(after, str) or after in seen or len(seen) >= _MAX_NODE_PAGES:
+                raise BadAnswer(self.url, "a nodes page whose next cursor does not move forward")
+            seen.add(after)
+            page = dict(self._get(f"/v1/nodes?limit=1000&after={quote(after, safe='')}"))
+        first["nodes"], first["next"] = nodes, None
+        return first
 
     def asks(self) -> list[dict[str, Any]]:
         """Open asks (route 12)."""

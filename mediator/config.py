@@ -36,6 +36,9 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "events_max_streams_per_principal": (1, 100_000),
     # mediator serve: uvicorn worker processes (issue 13); default the CPU count
     "workers": (1, 1_024),
+    # fair under floods (docs/security.md): one principal's QUEUED runs and their needs classes
+    "max_queued_runs_per_principal": (1, 100_000),
+    "max_queued_classes_per_principal": (1, 100_000),
 }
 _WHOLE: Final = frozenset(
     {
@@ -45,6 +48,8 @@ _WHOLE: Final = frozenset(
         "events_max_streams",
         "events_max_streams_per_principal",
         "workers",
+        "max_queued_runs_per_principal",
+        "max_queued_classes_per_principal",
     }
 )
 
@@ -75,6 +80,9 @@ class Config:
     events_max_streams_per_principal: int = 64
     # mediator serve: worker processes on one listening socket (docs/performance.md P1)
     workers: int = field(default_factory=cpu_count)
+    # fair under floods (docs/security.md): a submit that would queue past either cap is 429
+    max_queued_runs_per_principal: int = 1_000
+    max_queued_classes_per_principal: int = 64
 
     def __post_init__(self) -> None:
         self.validate()

@@ -53,7 +53,11 @@ def _known_fields(request: Request, parents: list[str]) -> list[str]:
 def mediator_error(request: Request, exc: MediatorError) -> JSONResponse:
     if exc.status >= 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-    return JSONResponse({"error": exc.as_dict()}, exc.status)
+    answer = JSONResponse({"error": exc.as_dict()}, exc.status)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:  # 429: a per-principal cap (docs/security.md)
+        answer.headers["Retry-After"] = str(retry_after)
+    return answer
 
 
 def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -280,6 +280,9 @@ class FleetNode(_Answer):
 class Fleet(_Answer):
     observed_at: datetime
     nodes: list[FleetNode]
+    next: str | None = Field(
+        description="Pass as `after` for the next page; null on the last page."
+    )
 
 
 class Ask(_Answer):
@@ -328,6 +331,7 @@ WHY: dict[int, str] = {
     404: "No such run, step, node, ask or record file.",
     409: "The state forbids it now (step not claimable, stale attempt, run ended, …).",
     413: "The request body is larger than the server's limit.",
+    429: "A per-principal cap on queued runs or needs classes is reached; see Retry-After.",
     503: "The Mediator cannot reach its database; try again.",
 }
 # Every /v1 route can give these: 401 (only a --dev server never does) and 503.

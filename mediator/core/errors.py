@@ -61,6 +61,18 @@ class Conflict(MediatorError):
     code = "conflict"
 
 
+class TooMany(MediatorError):
+    """A per-principal cap on queued work is reached (docs/security.md "Fair under floods"):
+    HTTP 429 with ``Retry-After`` (``retry_after`` seconds)."""
+
+    status = 429
+    code = "too_many_queued"
+
+    def __init__(self, message: str, *, field: str | None = None, retry_after: int = 10) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
 class NodeTaken(MediatorError):
     """A lease insert hit a node another transaction holds (R2, R9): treat the node as busy."""
 

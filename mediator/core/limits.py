@@ -30,12 +30,16 @@ MAX_TEXT: Final = 10_000  # any other string: a `with` value or key, a question,
 MAX_DEPTH: Final = 32  # nesting inside a step's `with` (the `with` object is level 1)
 MAX_BODY_DEPTH: Final = 64  # nesting of any JSON document the API decodes
 MAX_NUMBER_CHARS: Final = 40  # characters of one JSON number (a 5,000-digit integer is refused)
+# The exact width search's budget (docs/security.md "Fair under floods", design.md §4): a contract
+# with more distinct role needs than max_width may need the search, whose states number at most
+# 2^(distinct needs) × (max_width + 1); past this many distinct needs it is refused at submit.
+MAX_SEARCH_NEEDS: Final = 16
 LIMITS: Final = {
     "MAX_ID": MAX_ID, "MAX_STEPS": MAX_STEPS, "MAX_ROLES": MAX_ROLES, "MAX_NEEDS": MAX_NEEDS,
     "MAX_CAPABILITIES": MAX_CAPABILITIES, "MAX_LIST": MAX_LIST, "MAX_KEY": MAX_KEY,
     "MAX_VALUE": MAX_VALUE, "MAX_WORK_ID": MAX_WORK_ID, "MAX_TEXT": MAX_TEXT,
     "MAX_DEPTH": MAX_DEPTH, "MAX_BODY_DEPTH": MAX_BODY_DEPTH,
-    "MAX_NUMBER_CHARS": MAX_NUMBER_CHARS,
+    "MAX_NUMBER_CHARS": MAX_NUMBER_CHARS, "MAX_SEARCH_NEEDS": MAX_SEARCH_NEEDS,
 }  # fmt: skip
 
 # Ids become folder names (records) and appear in URLs: letters, digits, `.`, `_`, `-`, but never

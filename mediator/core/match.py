@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mediator.core.capabilities import satisfies
+from mediator.core.limits import MAX_SEARCH_NEEDS
 
 NO_CANDIDATE: Final = "NO_CANDIDATE"
 ALL_BUSY: Final = "ALL_BUSY"
@@ -109,6 +110,12 @@ def _tag(value: object) -> tuple[str, object]:
     return ("s", value)
 
 
+def need_signature(needs: Mapping[str, Any]) -> frozenset[tuple[str, tuple[str, object]]]:
+    """One role's needs as a hashable value, JSON types kept (``true`` is not ``1``): equal
+    signatures are satisfied by the same adverts. TypeError for a value that is not hashable."""
+    return frozenset((key, _tag(want)) for key, want in needs.items())
+
+
 class AdvertIndex:
     """Live adverts indexed once by capability value, for many matches against one snapshot.
 
@@ -134,6 +141,19 @@ class AdvertIndex:
                 members = have if isinstance(have, list | tuple) else (have,)
                 for item in members:
                     self._equal.setdefault((key, _tag(item)), set()).add(advert.node_id)
+
+    def serves_any(self, needs: Mapping[str, Any]) -> bool:
+        """Whether some advert satisfies ``needs`` (``serving(needs)`` is not empty), without
+        caching: cheap for the few changed nodes a sweep checks every class against (§6)."""
+        found: set[str] | None = None
+        for key, want in needs.items():
+            have = self._truthy.get(key) if want is True else self._equal.get((key, _tag(want)))
+            if not have:
+                return False
+            found = set(have) if found is None else found & have
+            if not found:
+                return False
+        return bool(self.fleet)
 
     def serving(self, needs: Mapping[str, Any]) -> frozenset[str]:
         """``C_r``: the ids of the adverts whose capabilities satisfy ``needs``."""
@@ -211,20 +231,12 @@ def match(
     roles = sorted(needs_by_role)
     if not roles:
         return Assignment(roles={}, width=0)
-    index = adverts if isinstance(adverts, AdvertIndex) else None
+    # One index, then a set lookup per need: a submit or dry run of many roles on a large
+    # fleet costs nodes × capabilities once, not roles × nodes ``satisfies`` calls (issue 25:
+    # 64 roles on 5,000 nodes took 1.5 s), and roles with equal needs share one answer.
+    index = adverts if isinstance(adverts, AdvertIndex) else AdvertIndex(adverts)
     blocked = unavailable if isinstance(unavailable, AbstractSet) else frozenset(unavailable)
-    if index is not None:
-        serves = [index.serving(needs_by_role[role]) for role in roles]
-    else:
-        fleet: dict[str, Mapping[str, Any]] = {}
-        for advert in adverts:  # type: ignore[union-attr]
-            if advert.node_id in fleet:
-                raise ValueError(f"two adverts for node {advert.node_id!r}")
-            fleet[advert.node_id] = advert.capabilities
-        serves = [
-            frozenset(node for node, caps in fleet.items() if satisfies(needs_by_role[role], caps))
-            for role in roles
-        ]
+    serves = [index.serving(needs_by_role[role]) for role in roles]
     for role, able in zip(roles, serves, strict=True):
         if not able:
             return _no_candidate(role, needs_by_role[role])
@@ -377,6 +389,26 @@ def narrowest(
             }
             return Assignment(roles=assigned, width=len(nodes))
     return None
+
+
+def search_budget(needs_by_role: Mapping[str, Mapping[str, Any]], max_width: int) -> str | None:
+    """Why the exact width search could exceed its budget for this contract, or None.
+
+    Roles with equal needs have equal ``C_r`` and fold onto one node (step 3), so the greedy
+    width is at most the number of distinct needs ``d``: with ``d <= max_width`` the search never
+    runs. Otherwise its states — the covered roles, as unions of equal-needs groups, and the
+    nodes left — number at most ``2^d × (max_width + 1)``, so ``d`` is capped at
+    ``MAX_SEARCH_NEEDS`` (docs/design.md §4 "Width, exactly"; docs/security.md). A contract
+    within the budget keeps the exact ``TOO_WIDE``; one beyond it is refused before any match.
+    """
+    distinct = len({json.dumps(dict(n), sort_keys=True) for n in needs_by_role.values()})
+    if distinct <= max_width or distinct <= MAX_SEARCH_NEEDS:
+        return None
+    return (
+        f"The roles have {distinct} distinct needs, more than max_width ({max_width}): finding "
+        f"whether they fit max_width could take too long past {MAX_SEARCH_NEEDS} distinct needs "
+        "(MAX_SEARCH_NEEDS). Give roles that can share a node the same needs, or use fewer roles."
+    )
 
 
 def _count_serving(node: str, roles_serving: Sequence[AbstractSet[str]]) -> int:

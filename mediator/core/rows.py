@@ -158,6 +158,8 @@ class Fleet(_Row):
 
     observed_at: datetime
     nodes: tuple[Node, ...]
+    # Paging (docs/design.md §19): the ``after`` of the next page, None on the last one.
+    next: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from mediator.clock import Clock, wall_clock
 from mediator.config import Config
 from mediator.flows.after import AfterCommit
 from mediator.flows.claimed import ClaimedRuns
+from mediator.flows.sweep import SweepMemo
 from mediator.records import Records
 from mediator.store.db import Store
 
@@ -60,6 +61,8 @@ class Context:
         self.claimed = ClaimedRuns()
         # Seal what settled, PushAsks, wake: the one after-commit path of every flow.
         self.after = AfterCommit(self)
+        # The last sweep's answers, for the next (docs/design.md §6 "Sweeps remember").
+        self.sweep_memo = SweepMemo()
         # Stalls and clock jumps given back (docs/design.md §13); None under a virtual clock.
         self.timekeeper: Timekeeper | None = None
 

@@ -212,15 +212,21 @@ class Mediator:
 
     # ---- submit and the queue (mediator/flows/submit.py, sweep.py) -------------------------------
     def submit(
-        self, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
+        self,
+        contract: dict[str, Any],
+        principal: str | None = "cli",
+        dry_run: bool = False,
+        *,
+        capped: bool = False,
     ) -> Submission:
         """Submit a run: its :class:`~mediator.flows.submit.Outcome` — started (RUNNING), queued,
         existing (R3) or dry run, rejected (FAILED) — and the run as committed.
 
         Raises:
             ContractError: the contract is malformed (400); nothing is written.
+            TooMany: ``capped`` and the principal's queue is full (429, docs/security.md).
         """
-        return submit_flow.submit(self.ctx, contract, principal, dry_run)
+        return submit_flow.submit(self.ctx, contract, principal, dry_run, capped=capped)
 
     def wake_queued(self) -> WakeReport:
         """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
@@ -304,9 +310,10 @@ class Mediator:
         """Runs newest first (seed 003 §4), with ``observed_at`` read first."""
         return reads_flow.list_runs(self.ctx, state, work_id, since, limit)
 
-    def list_nodes(self) -> Fleet:
-        """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
-        return reads_flow.list_nodes(self.ctx)
+    def list_nodes(self, after: str = "", limit: int | None = None) -> Fleet:
+        """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows;
+        paged by ``after`` (a node_id) and ``limit`` (None: every node, in one answer)."""
+        return reads_flow.list_nodes(self.ctx, after, limit)
 
     def node_principal(self, node_id: str) -> str | None:
         """The principal a node is bound to (None: unknown node) — for authorization only."""

@@ -128,22 +128,33 @@ def list_runs(
     return RunList(observed, tuple(rows), counts)
 
 
-def list_nodes(ctx: Context) -> Fleet:
-    """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows."""
+def list_nodes(ctx: Context, after: str = "", limit: int | None = None) -> Fleet:
+    """Live nodes with their lease (seed 003 §3), ``observed_at`` read before the rows.
+
+    Paged like the runs (docs/design.md §19): at most ``limit`` nodes (None: all) in node_id
+    order past ``after``; ``next`` is the ``after`` of the next page when this one is full.
+    """
+    if limit is not None and (
+        not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000
+    ):
+        raise ContractError("limit must be a whole number from 1 to 1000.", field="limit")
+    if not isinstance(after, str) or len(after) > 1000:
+        raise ContractError("after must be a node_id.", field="after")
     tk = ctx.timekeeper
     if tk is not None:
         tk.settle()  # a stall that just ended is given back first (docs/design.md §13)
     with ctx.store.autocommit() as tx:  # observed_at first, then the rows (seed 003 §3.2)
         mono = tk.monotonic() if tk is not None else 0.0  # with a connection: just before it
         observed = tx.observed_at()
-        nodes = tx.list_nodes()
+        nodes = tx.list_nodes(after, limit)
     if tk is not None and tk.observe(observed, mono) > 0:
         # The database's clock jumped and the jump was given back just now: the fleet does not
         # look empty for it (docs/design.md §13). Read again.
         with ctx.store.autocommit() as tx:
             observed = tx.observed_at()
-            nodes = tx.list_nodes()
-    return Fleet(observed, tuple(nodes))
+            nodes = tx.list_nodes(after, limit)
+    full = limit is not None and len(nodes) == limit
+    return Fleet(observed, tuple(nodes), nodes[-1].node_id if full else None)
 
 
 def node_principal(ctx: Context, node_id: str) -> str | None:

@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from mediator.core import contract as contract_mod
 from mediator.core import limits
-from mediator.core.errors import ContractError, NodeTaken
-from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match
+from mediator.core.errors import ContractError, NodeTaken, TooMany
+from mediator.core.match import ALL_BUSY, TOO_WIDE, Assignment, Reject, match, search_budget
 from mediator.core.rows import FleetNode, Run
 from mediator.core.states import RunState, StepState, Verdict, run_transition, step_transition
 from mediator.flows import gaps, reads
 from mediator.flows.after import Change
 from mediator.flows.fleet import lease_rows, run_acquires, view
 from mediator.flows.wake import Wake
+from mediator.store.tx import SubmitRead
 
 if TYPE_CHECKING:
     from mediator.flows.context import Context
@@ -72,12 +73,23 @@ def _too_wide(res: Assignment | Reject) -> bool:
 
 # ---- submit (docs/design.md §5) ------------------------------------------------------------------
 def submit(
-    ctx: Context, contract: dict[str, Any], principal: str | None = "cli", dry_run: bool = False
+    ctx: Context,
+    contract: dict[str, Any],
+    principal: str | None = "cli",
+    dry_run: bool = False,
+    *,
+    capped: bool = False,
 ) -> Submission:
     """Submit a run: started (RUNNING), queued, existing (R3) or dry run, rejected (FAILED).
 
+    ``capped``: the principal's queued work is capped (docs/security.md "Fair under floods"):
+    a run that would be queued past ``max_queued_runs_per_principal`` QUEUED runs, or in a new
+    needs class past ``max_queued_classes_per_principal``, is refused. The HTTP API caps every
+    caller; in-process callers (the simulator, tools) are the operator's own code.
+
     Raises:
         ContractError: the contract is malformed (400); nothing is written.
+        TooMany: ``capped`` and a cap is reached (429 with Retry-After); nothing is written.
     """
     # R3, NFR-I7: an existing run_id is answered with its run before anything else counts —
     # its contract's checks included. The existence check rides on the fleet read (one read per
@@ -96,9 +108,17 @@ def submit(
     needs = {role: dict(n) for role, n in parsed.roles.items()}
     key = contract_mod.needs_key(needs)
     max_width = ctx.config.max_width
+    too_costly = search_budget(needs, max_width)  # the width search's budget (§4, security.md)
+    if too_costly is not None:
+        existing = reads.read_run(ctx, given) if given is not None else None
+        if existing is not None:
+            return Submission(Outcome.EXISTING, existing)  # R3 first, as for a bad contract
+        raise ContractError(too_costly, field="roles", code="width_search_too_large")
     gaps.settle(ctx)  # a stall that just ended is given back before the fleet is read (§13)
-    with ctx.store.autocommit() as tx:
-        exists, fleet = tx.submit_read(needs, given)  # only nodes that might serve it
+    counted = principal or "" if capped and not dry_run else None
+    with ctx.store.autocommit() as tx:  # only nodes that might serve it; the caps' counts
+        read = tx.submit_read(needs, given, counted, key)
+    exists, fleet = read.exists, read.fleet
     if exists:
         assert given is not None
         existing = reads.read_run(ctx, given)
@@ -154,6 +174,8 @@ def submit(
         res = None
 
     if res is None:  # ALL_BUSY (R1), NodeTaken (R2), or TOO_WIDE only for now (R10)
+        if counted is not None:
+            _within_caps(ctx, read)
         run = create_queued_run(ctx, new)
         if run is None:
             return Submission(Outcome.EXISTING, reads.require_run(ctx, run_id))
@@ -175,6 +197,31 @@ def submit(
     ctx.after.open_record(run_id, doc)
     ctx.after([Change(run_id, settled=RunState.FAILED)])
     return Submission(Outcome.REJECTED, run)
+
+
+RETRY_AFTER_S = 10  # what a capped principal is told to wait (docs/security.md)
+
+
+def _within_caps(ctx: Context, read: SubmitRead) -> None:
+    """Fair under floods (docs/security.md): refuse a run that would queue past its principal's
+    caps. The counts come from the submit's fleet read; submits racing each other may pass it
+    together, so a principal can overshoot a cap by its submits in flight, never by more."""
+    runs_cap = ctx.config.max_queued_runs_per_principal
+    classes_cap = ctx.config.max_queued_classes_per_principal
+    if read.queued >= runs_cap:
+        raise TooMany(
+            f"You have {read.queued} runs QUEUED, the most one principal may queue "
+            f"(max_queued_runs_per_principal {runs_cap}); retry when some have started.",
+            retry_after=RETRY_AFTER_S,
+        )
+    if not read.has_class and read.classes >= classes_cap:
+        raise TooMany(
+            f"Your QUEUED runs already span {read.classes} distinct needs classes, the most one "
+            f"principal may queue (max_queued_classes_per_principal {classes_cap}); queue runs "
+            "whose roles need the same as a queued run, or retry when some have started.",
+            field="roles",
+            retry_after=RETRY_AFTER_S,
+        )
 
 
 def step_rows(

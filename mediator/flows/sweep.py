@@ -9,6 +9,7 @@ here, through :class:`~mediator.flows.after.AfterCommit`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,10 +20,12 @@ from mediator.core.match import (
     ALL_BUSY,
     NO_CANDIDATE,
     TOO_WIDE,
+    Advert,
     AdvertIndex,
     Assignment,
     Reject,
     match,
+    need_signature,
 )
 from mediator.core.rows import FleetNode, QueuedRun
 from mediator.flows.fleet import lease_rows, run_acquires, view
@@ -51,6 +54,98 @@ class WakeReport:
     examined: int = 0
     too_wide: list[str] = field(default_factory=list)
     errors: int = 0
+    matched: int = 0  # matcher calls; classes answered from the last sweep's answers are not
+    remembered: int = 0  # classes whose answer came from the last sweep (§6 "Sweeps remember")
+
+
+# node_id → ((capabilities as text, busy, drain), capabilities): what the matcher sees of it
+Snapshot = dict[str, tuple[tuple[str, bool, str], dict[str, Any]]]
+
+
+def snapshot(fleet: list[FleetNode]) -> Snapshot:
+    """What the matcher sees of each live node. ``repr`` keeps JSON types apart (``true`` is
+    not ``1`` to the matcher, §4) where dict equality would not; a key order that differs only
+    makes the node count as changed, which is safe."""
+    return {n.node_id: ((repr(n.capabilities), n.busy, n.drain), n.capabilities) for n in fleet}
+
+
+class SweepMemo:
+    """The answers of the last sweep, kept for the next (docs/design.md §6 "Sweeps remember").
+
+    ``match`` is pure: a class's answer depends only on its needs, ``max_width``, and — of the
+    whole fleet — only the nodes that serve one of its roles: their capabilities and whether
+    they are available. So between two fleet snapshots, a class none of whose roles any
+    *changed* node serves (with its old capabilities or its new ones; a node that came or went
+    counts as changed) gets the same answer as before, and is not matched again. A release of
+    nodes S thus re-matches only the classes some node of S serves; wakes 5/6/7/9 (a node back,
+    a drain lifted, new capabilities) change the nodes they name the same way. Only answers
+    computed against the snapshot as read (before the sweep's own promotions) are kept, and
+    each is kept with that snapshot, so an answer is never reused against another fleet.
+
+    One per process, shared by its threads; each sweep still reads the fleet itself (R9), so
+    processes need not share it. Only Rejects are kept: a promotable class is promoted.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fleet: Snapshot | None = None
+        self._width = 0
+        self._answers: dict[str, Reject] = {}
+        # needs_key → its roles' distinct needs, as (signatures, one need per signature): a
+        # class's needs never change, and a flood's thousands of classes share few role needs.
+        self._roles: dict[str, tuple[frozenset[Any], ...]] = {}
+        self._need_of: dict[frozenset[Any], dict[str, Any]] = {}
+
+    def _signatures(self, key: str, needs: dict[str, dict[str, Any]]) -> tuple[frozenset[Any], ...]:
+        sigs = self._roles.get(key)
+        if sigs is None:
+            out = []
+            for need in needs.values():
+                sig = need_signature(need)
+                self._need_of.setdefault(sig, need)
+                out.append(sig)
+            sigs = self._roles[key] = tuple(out)
+        return sigs
+
+    def recall(
+        self, fleet: Snapshot, needs: dict[str, dict[str, dict[str, Any]]], max_width: int
+    ) -> dict[str, Reject]:
+        """The kept answers that still hold for ``fleet``, for the classes in ``needs``."""
+        with self._lock:
+            old, answers = self._fleet, self._answers
+            if old is None or self._width != max_width:
+                return {}
+        kept = {k: r for k, r in answers.items() if k in needs}
+        changed: list[Advert] = []
+        for node_id in old.keys() | fleet.keys():
+            before, after = old.get(node_id), fleet.get(node_id)
+            if (before and before[0]) != (after and after[0]):
+                for tag, seen in (("old", before), ("new", after)):
+                    if seen is not None:
+                        changed.append(Advert(f"{node_id}\0{tag}", seen[1]))
+        if not changed or not kept:
+            return kept
+        touched = AdvertIndex(changed)
+        if len(self._roles) > 200_000:  # bounded: forget and rebuild (before any lookup)
+            self._roles, self._need_of = {}, {}
+        try:
+            sigs = {k: self._signatures(k, needs[k]) for k in kept}
+        except TypeError:  # a need value that is not hashable: check each class directly
+            return {
+                k: r
+                for k, r in kept.items()
+                if not any(touched.serves_any(need) for need in needs[k].values())
+            }
+        distinct = {sig for roles in sigs.values() for sig in roles}
+        need_of = self._need_of
+        # A signature another thread just forgot counts as touched: matching again is exact.
+        hit = {sig for sig in distinct if sig not in need_of or touched.serves_any(need_of[sig])}
+        return {k: r for k, r in kept.items() if hit.isdisjoint(sigs[k])}
+
+    def keep(self, fleet: Snapshot, answers: dict[str, Reject], max_width: int) -> None:
+        """Keep ``answers``, each computed against ``fleet`` as read."""
+        with self._lock:
+            self._fleet, self._answers, self._width = fleet, answers, max_width
 
 
 # ---- WakeQueued (docs/design.md §6, R6–R12) ------------------------------------------------------
@@ -105,12 +200,24 @@ def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
         res = memo.get(key)
         if res is None:
             res = memo[key] = match(needs[key], index, unavailable, max_width)
+            report.matched += 1
             if isinstance(res, Reject) and res.code in _CACHEABLE:
                 failed.add(key)  # stays true for the rest of the sweep (§6)
         return res
 
+    # §6 "Sweeps remember": a class that no node changed since the last sweep can serve keeps
+    # that sweep's answer; only the others are matched. Kept: the answers against the fleet
+    # as read, before this sweep's own promotions change `unavailable`.
+    seen = snapshot(fleet)
+    remembered = ctx.sweep_memo.recall(seen, needs, max_width)
+    report.remembered = len(remembered)
+    for key, kept in remembered.items():
+        memo[key] = kept
+        if kept.code in _CACHEABLE:
+            failed.add(key)
     for key in needs:
         decide(key)
+    ctx.sweep_memo.keep(seen, {k: r for k, r in memo.items() if isinstance(r, Reject)}, max_width)
     viable = [k for k in needs if k not in failed]
     # The first page is the queue's head, read with the classes; past a full head, pages of
     # the viable classes only, in the same (created_at, run_id) order (R6).

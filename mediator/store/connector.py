@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -63,7 +63,7 @@ S = TypeVar("S")
 _LONG_DIGITS = re.compile(rb"\d{19}")
 
 
-def _json_loads(data: bytes | bytearray | memoryview | str) -> Any:
+def json_loads(data: bytes | bytearray | memoryview | str) -> Any:
     # psycopg hands a memoryview over its result: the scan and orjson read it in place (a copy
     # per value cost more than the scan); only json needs bytes.
     raw = data.encode() if isinstance(data, str) else data
@@ -362,7 +362,7 @@ class Connector(Generic[S]):
         return self._watcher is not None
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        set_json_loads(_json_loads, conn)
+        set_json_loads(json_loads, conn)
         set_json_dumps(_json_dumps, conn)
         conn.execute(f"SET lock_timeout = {int(self._lock_timeout_ms)}")
         # Timestamps leave the database as UTC whatever the server's zone (records, /v1/events).

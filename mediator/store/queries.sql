@@ -22,8 +22,18 @@ SELECT mediator_now(%(now)s) AS observed_at
 -- With the submit's run_id it also says whether that run exists (R3: the submit then answers
 -- the existing run), so a submit reads once (issue 13): always one row at least, its node
 -- columns NULL when no live node might serve.
-SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy
-FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing) e
+-- With the submitter it also counts that principal's QUEUED runs and distinct needs classes, and
+-- says whether this contract's class is among them: the per-principal caps (docs/security.md
+-- "Fair under floods") ride on the same read, one index range of runs_queue_submitter.
+SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy,
+       e.queued, e.classes, e.has_class
+FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing,
+             q.queued, q.classes, q.has_class
+      FROM (SELECT count(*) AS queued, count(DISTINCT needs_key) AS classes,
+                   coalesce(bool_or(needs_key = %(key)s), false) AS has_class
+            FROM runs
+            WHERE state = 'QUEUED' AND submitter = %(submitter)s
+              AND %(submitter)s::text IS NOT NULL) q) e
 LEFT JOIN LATERAL (
     SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
     FROM nodes n
@@ -104,13 +114,15 @@ SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed 
 
 -- list_nodes --
 -- seed 003 §3.1: LEFT JOIN on the lease primary key cannot multiply rows; principal and nonce
--- are not selected, which is how they stay out.
+-- are not selected, which is how they stay out. Paged by node_id (keyset: after the last id of
+-- the previous page; LIMIT NULL is every row), so a node live across the pages is listed once.
 SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, n.drain,
        l.run_id AS lease_run_id, l.not_after AS lease_not_after
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s)
+WHERE n.expires_at > mediator_now(%(now)s) AND n.node_id > %(after)s
 ORDER BY n.node_id
+LIMIT %(limit)s
 
 -- list_runs --
 -- seed 003 §4: current[] by a correlated subquery so LIMIT counts runs, not steps; ties broken
@@ -781,18 +793,18 @@ WITH RECURSIVE m AS (
 ), cls AS (
     SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
 )
-SELECT 'class' AS part, c.needs_key, c.needs, NULL::text AS node_id,
+SELECT 'class' AS part, c.needs_key, c.needs::text AS needs, NULL::text AS node_id,
        NULL::jsonb AS capabilities, NULL::text AS instance, NULL::text AS drain,
        NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at
 FROM cls c
 UNION ALL
-SELECT 'node', NULL, NULL, n.node_id, n.capabilities, n.instance, n.drain,
+SELECT 'node', NULL, NULL::text, n.node_id, n.capabilities, n.instance, n.drain,
        (l.node_id IS NOT NULL), NULL, NULL
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND EXISTS (SELECT 1 FROM cls)
 UNION ALL
-(SELECT 'queued', r.needs_key, NULL, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
+(SELECT 'queued', r.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
  FROM runs r
  WHERE r.state = 'QUEUED' AND EXISTS (SELECT 1 FROM cls)
  ORDER BY r.created_at, r.run_id

@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (6);
+INSERT INTO schema_version VALUES (7);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -71,6 +71,8 @@ CREATE TABLE runs (
 CREATE INDEX runs_queue ON runs (created_at, run_id) WHERE state = 'QUEUED';
 -- The distinct needs classes waiting (a loose index scan in sweep_head).
 CREATE INDEX runs_queue_class ON runs (needs_key, created_at, run_id) WHERE state = 'QUEUED';
+-- A principal's QUEUED runs and classes: the caps of docs/security.md "Fair under floods".
+CREATE INDEX runs_queue_submitter ON runs (submitter, needs_key) WHERE state = 'QUEUED';
 CREATE INDEX runs_listing ON runs (created_at DESC, run_id DESC);
 CREATE INDEX runs_work ON runs (work_id, created_at DESC) WHERE work_id <> '';
 CREATE INDEX runs_unsealed ON runs (run_id) WHERE state IN ('PASSED', 'FAILED') AND NOT sealed;

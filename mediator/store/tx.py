@@ -37,7 +37,7 @@ from mediator.core.rows import (
     Step,
 )
 from mediator.core.states import RunState, StepState, run_sources, step_sources
-from mediator.store.connector import Jsonb, Statements
+from mediator.store.connector import Jsonb, Statements, json_loads
 
 _GAPS_LOCK = 0x6D656467  # advisory lock id: one give-back of a gap at a time (Tx.give_back)
 
@@ -84,6 +84,9 @@ class SubmitRead(NamedTuple):
 
     exists: bool
     fleet: list[FleetNode]
+    queued: int = 0  # the submitter's QUEUED runs (docs/security.md "Fair under floods")
+    classes: int = 0  # … their distinct needs classes
+    has_class: bool = False  # … whether this contract's class is one of them
 
 
 class SweepHead(NamedTuple):
@@ -95,12 +98,28 @@ class SweepHead(NamedTuple):
     head: list[QueuedRun]
 
 
+# A class's needs as text → as decoded: every sweep reads every waiting class, and a flood of
+# classes (docs/design.md §6 "Sweeps remember") made decoding them most of a sweep. Keyed by the
+# text itself, so an entry is never wrong; emptied when it grows past its bound. Read-only use.
+_DECODED: dict[str, dict[str, Any]] = {}
+_DECODED_MAX = 100_000
+
+
+def _needs(text: str) -> dict[str, Any]:
+    found = _DECODED.get(text)
+    if found is None:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        found = _DECODED[text] = json_loads(text)
+    return found
+
+
 def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
     """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
     classes, fleet, head = [], [], []
     for r in rows:
         if r["part"] == "class":
-            classes.append(NeedsClass(r["needs_key"], r["needs"]))
+            classes.append(NeedsClass(r["needs_key"], _needs(r["needs"])))
         elif r["part"] == "node":
             fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
                                    r["drain"], r["busy"]))  # fmt: skip
@@ -122,11 +141,21 @@ class Tx(Statements):
         """Live nodes that may serve some role of ``roles`` (a superset of the candidates)."""
         return self.submit_read(roles, None).fleet
 
-    def submit_read(self, roles: dict[str, dict[str, Any]], run_id: str | None) -> SubmitRead:
-        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`."""
-        rows = self._rows("fleet_for", {"roles": Jsonb(roles), "run_id": run_id}, row=tuple)
-        fleet = [FleetNode(*r[1:]) for r in rows if r[1] is not None]
-        return SubmitRead(bool(rows and rows[0][0]), fleet)
+    def submit_read(
+        self,
+        roles: dict[str, dict[str, Any]],
+        run_id: str | None,
+        submitter: str | None = None,
+        key: str = "",
+    ) -> SubmitRead:
+        """A submit's one read (issue 13): whether ``run_id`` exists (R3) and :meth:`fleet_for`;
+        with ``submitter``, that principal's queued runs and classes (``key``'s among them)."""
+        params = {"roles": Jsonb(roles), "run_id": run_id, "submitter": submitter, "key": key}
+        rows = self._rows("fleet_for", params, row=tuple)
+        fleet = [FleetNode(*r[1:6]) for r in rows if r[1] is not None]
+        first = rows[0] if rows else (False, None, None, None, None, None, 0, 0, False)
+        return SubmitRead(bool(first[0]), fleet, int(first[6] or 0), int(first[7] or 0),
+                          bool(first[8]))  # fmt: skip
 
     def live_adverts(self) -> list[LiveAdvert]:
         return self._rows("live_adverts", row=LiveAdvert)
@@ -140,9 +169,10 @@ class Tx(Statements):
     def unavailable_nodes(self) -> set[str]:
         return {r["node_id"] for r in self._rows("unavailable_nodes")}
 
-    def list_nodes(self) -> list[Node]:
+    def list_nodes(self, after: str = "", limit: int | None = None) -> list[Node]:
+        """Live nodes in node_id order past ``after``, at most ``limit`` (None: all)."""
         out = []
-        for r in self._rows("list_nodes"):
+        for r in self._rows("list_nodes", {"after": after, "limit": limit}):
             lease_run, lease_na = r.pop("lease_run_id"), r.pop("lease_not_after")
             lease = Lease(lease_run, lease_na) if lease_run is not None else None
             out.append(Node(**r, lease=lease))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from mediator.api.deps import Caller, Med, NodeCaller, as_node
 from mediator.api.responses import FastJSON
 from mediator.api.schemas import V1, AdvertAnswer, AdvertBody, Fleet, NodeId, Work, answers
 
 router = APIRouter(tags=["nodes"])
+PAGE = 500  # nodes per page unless `limit` says otherwise (5,000 nodes were 4.5 MB unpaged)
 
 
 # 1 -- adverts
@@ -38,7 +41,12 @@ def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> Response:
     return FastJSON({"steps": [s.to_dict() for s in med.work(node_id)]})
 
 
-# 11 -- fleet
-@router.get("/v1/nodes", response_model=None, responses=answers({200: Fleet}, *V1))
-def list_nodes(med: Med, p: Caller) -> Response:
-    return FastJSON(med.list_nodes().to_dict())
+# 11 -- fleet, paged like the runs (docs/design.md §19): follow `next` as `after`
+@router.get("/v1/nodes", response_model=None, responses=answers({200: Fleet}, 400, *V1))
+def list_nodes(
+    med: Med,
+    p: Caller,
+    after: Annotated[str, Query(max_length=64)] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = PAGE,
+) -> Response:
+    return FastJSON(med.list_nodes(after, limit).to_dict())

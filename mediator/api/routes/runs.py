@@ -72,7 +72,7 @@ def _instant(text: str | None, field: str) -> datetime | None:
     response_model=None,
     responses=answers(
         {200: Run | DryRun, 201: Run, 202: Run, 422: Run},
-        400, 403, 413, *V1,
+        400, 403, 413, 429, *V1,
         s201="RUNNING", s202="QUEUED", s422=REJECTED,
     ),
     openapi_extra=CONTRACT_BODY,
@@ -88,7 +88,7 @@ async def post_run(request: Request, med: Med, p: Client, dry_run: bool = False)
             raise ContractError(exc.message, field=exc.field, code=exc.code) from None
     if not isinstance(doc, dict):
         raise ContractError("The contract must be a JSON object.", field=None)
-    sub = await run_in_threadpool(med.submit, doc, p.name, dry_run)
+    sub = await run_in_threadpool(med.submit, doc, p.name, dry_run, capped=True)
     return FastJSON(sub.body(), SUBMIT_STATUS[sub.outcome])  # Run.to_dict is JSON-ready already
 
 

@@ -66,8 +66,21 @@ export async function openWithToken(url) {
   if (tab) tab.location.href = URL.createObjectURL(blob);
 }
 
+// GET /v1/nodes is paged (docs/design.md §19): follow `next` until the last page, so the panel
+// shows every node; observed_at is the first page's.
+async function allNodes() {
+  const first = await request("GET", "v1/nodes?limit=1000");
+  const nodes = [...first.nodes];
+  for (let after = first.next; after; ) {
+    const page = await request("GET", `v1/nodes?limit=1000&after=${id(after)}`);
+    nodes.push(...page.nodes);
+    after = page.next;
+  }
+  return { ...first, nodes, next: null };
+}
+
 export const api = {
-  nodes: () => request("GET", "v1/nodes"),
+  nodes: allNodes,
   runs: (state, limit) => request("GET", `v1/runs${query({ state, limit })}`),
   run: (runId) => request("GET", `v1/runs/${id(runId)}`),
   asks: () => request("GET", "v1/asks"),
