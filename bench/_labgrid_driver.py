@@ -39,7 +39,9 @@ class Driver:
             if name not in existing:
                 await self.stub.AddPlace(pb.AddPlaceRequest(name=name))
             pool = "busy" if name == "busy" else "bench"
-            await self.stub.SetPlaceTags(pb.SetPlaceTagsRequest(placename=name, tags={"pool": pool}))
+            await self.stub.SetPlaceTags(
+                pb.SetPlaceTagsRequest(placename=name, tags={"pool": pool})
+            )
         await self.stub.AcquirePlace(pb.AcquirePlaceRequest(placename="busy"))  # held all along
         self.refresher = self.loop.create_task(self._refresh())
 
@@ -58,7 +60,9 @@ class Driver:
     async def _allocated(self, res: pb.Reservation) -> str:
         while res.state != ALLOCATED:
             await asyncio.sleep(0.002)
-            res = (await self.stub.PollReservation(pb.PollReservationRequest(token=res.token))).reservation
+            res = (
+                await self.stub.PollReservation(pb.PollReservationRequest(token=res.token))
+            ).reservation
         return str(res.allocations["main"])
 
     async def _release(self, place: str, token: str) -> None:

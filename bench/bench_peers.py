@@ -54,7 +54,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -89,23 +88,42 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "Install the peers first, as root: apt-get install -y slurm-wlm munge. labgrid is "
         "installed into .bench/labgrid-venv from PyPI on the first run.",
     )
-    ap.add_argument("--peers", nargs="+", default=["mediator", "slurm", "labgrid"],
-                    choices=["mediator", "slurm", "labgrid"],
-                    help="which systems to measure (default: all three; mediator always runs)")  # fmt: skip
-    ap.add_argument("--slurm", nargs="+", default=["default", "tuned"], choices=["default", "tuned"],
-                    help="Slurm scheduler settings to measure (default: both)")  # fmt: skip
+    ap.add_argument(
+        "--peers",
+        nargs="+",
+        default=["mediator", "slurm", "labgrid"],
+        choices=["mediator", "slurm", "labgrid"],
+        help="which systems to measure (default: all three; mediator always runs)",
+    )
+    ap.add_argument(
+        "--slurm",
+        nargs="+",
+        default=["default", "tuned"],
+        choices=["default", "tuned"],
+        help="Slurm scheduler settings to measure (default: both)",
+    )
     ap.add_argument("--nodes", type=int, default=4, help="nodes / boards / places (default: 4)")
-    ap.add_argument("--depths", type=int, nargs="+",
-                    help="queue depths (default: 0 1000 10000; --quick: 0 100)")  # fmt: skip
-    ap.add_argument("--samples", type=int,
-                    help="latency samples per figure and peer (default: 5; --quick: 2)")  # fmt: skip
-    ap.add_argument("--submits", type=int,
-                    help="submits per throughput figure (default: 200; --quick: 40)")  # fmt: skip
+    ap.add_argument(
+        "--depths", type=int, nargs="+", help="queue depths (default: 0 1000 10000; --quick: 0 100)"
+    )
+    ap.add_argument(
+        "--samples", type=int, help="latency samples per figure and peer (default: 5; --quick: 2)"
+    )
+    ap.add_argument(
+        "--submits", type=int, help="submits per throughput figure (default: 200; --quick: 40)"
+    )
     ap.add_argument("--idle", type=float, help="idle CPU window, s (default: 30; --quick: 5)")
-    ap.add_argument("--poll", type=float, default=1.0,
-                    help="the enodes' --poll seconds (default: 1, the enode's default)")  # fmt: skip
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: depths 0 100, 2 samples, 40 submits, 5 s idle")  # fmt: skip
+    ap.add_argument(
+        "--poll",
+        type=float,
+        default=1.0,
+        help="the enodes' --poll seconds (default: 1, the enode's default)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: depths 0 100, 2 samples, 40 submits, 5 s idle",
+    )
     args = ap.parse_args(argv)
     defaults = QUICK if args.quick else FULL
     for key, value in defaults.items():
@@ -212,9 +230,11 @@ class Marks:
 
     def script(self, tok: str) -> str:
         d = self.root
-        return (f"date +%s.%N > {d}/start.{tok}.tmp && mv {d}/start.{tok}.tmp {d}/start.{tok}; "
-                f"cat {d}/fifo.{tok} > /dev/null; "
-                f"date +%s.%N > {d}/end.{tok}.tmp && mv {d}/end.{tok}.tmp {d}/end.{tok}")  # fmt: skip
+        return (
+            f"date +%s.%N > {d}/start.{tok}.tmp && mv {d}/start.{tok}.tmp {d}/start.{tok}; "
+            f"cat {d}/fifo.{tok} > /dev/null; "
+            f"date +%s.%N > {d}/end.{tok}.tmp && mv {d}/end.{tok}.tmp {d}/end.{tok}"
+        )
 
     def wait(self, kind: str, tok: str, timeout: float = 120.0) -> float:
         path = self.root / f"{kind}.{tok}"
@@ -250,8 +270,24 @@ def client_main(kind: str, target: str, count: int, out: str, start_at: float) -
     elif kind == "slurm":
         time.sleep(max(0.0, start_at - time.time()))
         for _ in range(count):
-            subprocess.run(["sbatch", "--parsable", "-Q", "-p", "busy", "--gres=busy:1",
-                            "-o", "/dev/null", "-J", "q", "--wrap", "true"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                [
+                    "sbatch",
+                    "--parsable",
+                    "-Q",
+                    "-p",
+                    "busy",
+                    "--gres=busy:1",
+                    "-o",
+                    "/dev/null",
+                    "-J",
+                    "q",
+                    "--wrap",
+                    "true",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
     Path(out).write_text(json.dumps([start_at, time.time()]))
 
 
@@ -262,9 +298,21 @@ def run_clients(kind: str, target: str, clients: int, total: int, env: dict[str,
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         for k in range(clients):
-            procs.append(subprocess.Popen(
-                [sys.executable, __file__, "_client", kind, target, str(total // clients),
-                 f"{tmp}/{k}.json", repr(start_at)], env={**os.environ, **env}))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "_client",
+                        kind,
+                        target,
+                        str(total // clients),
+                        f"{tmp}/{k}.json",
+                        repr(start_at),
+                    ],
+                    env={**os.environ, **env},
+                )
+            )
         for p in procs:
             if p.wait() != 0:
                 raise RuntimeError(f"a {kind} client failed")
@@ -307,10 +355,25 @@ class MediatorPeer:
             caps = self.work / f"caps{i}.json"
             pool = "busy" if i == self.args.nodes else "bench"
             caps.write_text(json.dumps({"pool": pool}))
-            self.procs.append(subprocess.Popen(
-                [enode, "--url", self.url, "--node-id", f"{pool}{i}", "--caps", str(caps),
-                 "--poll", str(self.args.poll), "--keep-dir", str(self.work / f"keep{i}")],
-                stdout=subprocess.DEVNULL, stderr=(self.work / f"enode{i}.err").open("w")))  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        enode,
+                        "--url",
+                        self.url,
+                        "--node-id",
+                        f"{pool}{i}",
+                        "--caps",
+                        str(caps),
+                        "--poll",
+                        str(self.args.poll),
+                        "--keep-dir",
+                        str(self.work / f"keep{i}"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=(self.work / f"enode{i}.err").open("w"),
+                )
+            )
         deadline = time.monotonic() + 60
         while len(self.http.get("/v1/nodes").json()["nodes"]) < self.args.nodes + 1:
             if time.monotonic() > deadline:
@@ -322,9 +385,17 @@ class MediatorPeer:
         self.depth = 0
 
     def _submit(self, tok: str, pool: str = "bench") -> dict[str, Any]:
-        contract = {"roles": {"dut": {"pool": pool}},
-                    "steps": [{"name": "s", "role": "dut", "uses": "shell",
-                               "with": {"cmd": self.marks.script(tok)}}]}  # fmt: skip
+        contract = {
+            "roles": {"dut": {"pool": pool}},
+            "steps": [
+                {
+                    "name": "s",
+                    "role": "dut",
+                    "uses": "shell",
+                    "with": {"cmd": self.marks.script(tok)},
+                }
+            ],
+        }
         r = self.http.post("/v1/runs", json=contract)
         r.raise_for_status()
         return dict(r.json())
@@ -335,8 +406,10 @@ class MediatorPeer:
         import psycopg
 
         with psycopg.connect(self.pg.dsn("peers"), autocommit=True) as conn:
-            conn.execute("UPDATE runs SET state = 'PASSED', verdict = 'pass', ended_at = now() "
-                         "WHERE state = 'QUEUED'")  # fmt: skip
+            conn.execute(
+                "UPDATE runs SET state = 'PASSED', verdict = 'pass', ended_at = now() "
+                "WHERE state = 'QUEUED'"
+            )
         self.depth = 0
 
     def _wait_ended(self, run_id: str) -> None:
@@ -381,8 +454,11 @@ class MediatorPeer:
     def pids(self) -> dict[str, list[int]]:
         pidfile = next(Path(self.pg.base_dir).rglob("postmaster.pid"))
         pg_pid = int(pidfile.read_text().split()[0])
-        return {"server": tree(self.server.pid), "postgres": tree(pg_pid),
-                "nodes": [p.pid for p in self.procs]}  # fmt: skip
+        return {
+            "server": tree(self.server.pid),
+            "postgres": tree(pg_pid),
+            "nodes": [p.pid for p in self.procs],
+        }
 
     def stop(self) -> None:
         for p in self.procs:
@@ -430,13 +506,15 @@ def _slurm_conf(d: Path, nodes: int, extra: dict[str, str], ports: tuple[int, in
         **extra,
     }
     text = "".join(f"{k}={v}\n" for k, v in lines.items())
-    text += (f"NodeName={host} CPUs={nodes + 2} Gres=board:{nodes},busy:1 State=UNKNOWN\n"
-             f"PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP\n"
-             # The queued jobs wait in a partition of their own: in one partition Slurm's main
-             # scheduler stops at the first job that cannot start, and a measured job behind
-             # them would wait for backfill (bf_interval, 30 s) — another needs class, as the
-             # Mediator's queued runs are.
-             f"PartitionName=busy Nodes={host} MaxTime=INFINITE State=UP\n")  # fmt: skip
+    text += (
+        f"NodeName={host} CPUs={nodes + 2} Gres=board:{nodes},busy:1 State=UNKNOWN\n"
+        f"PartitionName=bench Nodes={host} Default=YES MaxTime=INFINITE State=UP\n"
+        # The queued jobs wait in a partition of their own: in one partition Slurm's main
+        # scheduler stops at the first job that cannot start, and a measured job behind
+        # them would wait for backfill (bf_interval, 30 s) — another needs class, as the
+        # Mediator's queued runs are.
+        f"PartitionName=busy Nodes={host} MaxTime=INFINITE State=UP\n"
+    )
     return text
 
 
@@ -450,35 +528,49 @@ class SlurmPeer:
     def start(self) -> None:
         for tool in ("slurmctld", "slurmd", "munged", "sbatch"):
             if shutil.which(tool) is None:
-                raise Unavailable(f"{tool} not found: install with apt-get install -y slurm-wlm munge")
+                raise Unavailable(
+                    f"{tool} not found: install with apt-get install -y slurm-wlm munge"
+                )
         d = self.d
         for sub in ("state", "spool"):
             (d / sub).mkdir(parents=True)
         key = d / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        subprocess.run(["munged", "--force", f"--socket={d}/munge.sock", f"--key-file={key}",
-                        f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
-                        f"--seed-file={d}/munged.seed"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "munged",
+                "--force",
+                f"--socket={d}/munge.sock",
+                f"--key-file={key}",
+                f"--pid-file={d}/munged.pid",
+                f"--log-file={d}/munged.log",
+                f"--seed-file={d}/munged.seed",
+            ],
+            check=True,
+        )
         extra = SLURM_TUNED if self.mode == "tuned" else SLURM_DEFAULT
         conf = d / "slurm.conf"
         conf.write_text(_slurm_conf(d, self.args.nodes, extra, (free_port(), free_port())))
-        (d / "gres.conf").write_text(
-            f"Name=board Count={self.args.nodes}\nName=busy Count=1\n"
-        )
+        (d / "gres.conf").write_text(f"Name=board Count={self.args.nodes}\nName=busy Count=1\n")
         self.env = {"SLURM_CONF": str(conf)}
         os.environ["SLURM_CONF"] = str(conf)
         for cmd in (["slurmctld", "-D", "-i"], ["slurmd", "-D"]):
-            self.procs.append(subprocess.Popen(cmd, stdout=(d / f"{cmd[0]}.out").open("w"),
-                                               stderr=subprocess.STDOUT))  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(
+                    cmd, stdout=(d / f"{cmd[0]}.out").open("w"), stderr=subprocess.STDOUT
+                )
+            )
         deadline = time.monotonic() + 60
         while True:
             r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
             if r.returncode == 0 and r.stdout.strip() in ("idle", "mix", "alloc"):
                 break
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
-                raise Unavailable(f"Slurm did not come up (sinfo: {r.stdout.strip() or r.stderr.strip()}); "
-                                  f"see {d}/slurmctld.log and slurmd.log")  # fmt: skip
+                raise Unavailable(
+                    f"Slurm did not come up (sinfo: {r.stdout.strip() or r.stderr.strip()}); "
+                    f"see {d}/slurmctld.log and slurmd.log"
+                )
             time.sleep(0.2)
         self.blocker = self.marks.new()
         self._sbatch(self.blocker, "busy", "busy")
@@ -486,16 +578,31 @@ class SlurmPeer:
         self.depth = 0
 
     def _sbatch(self, tok: str, gres: str = "board", partition: str = "bench") -> None:
-        subprocess.run(["sbatch", "--parsable", "-Q", "-p", partition, f"--gres={gres}:1",
-                        "-o", "/dev/null",
-                        "-J", tok, "--wrap", self.marks.script(tok)],
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-Q",
+                "-p",
+                partition,
+                f"--gres={gres}:1",
+                "-o",
+                "/dev/null",
+                "-J",
+                tok,
+                "--wrap",
+                self.marks.script(tok),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
 
     def _wait_gone(self, toks: Iterable[str]) -> None:
         names = set(toks)
         while True:
-            out = subprocess.run(["squeue", "-h", "-t", "PD,R,CG,CF", "-o", "%j"],
-                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+            out = subprocess.run(
+                ["squeue", "-h", "-t", "PD,R,CG,CF", "-o", "%j"], capture_output=True, text=True
+            ).stdout.split()
             if not names & set(out):
                 return
             time.sleep(0.02)
@@ -537,8 +644,7 @@ class SlurmPeer:
 
     def pids(self) -> dict[str, list[int]]:
         munged = int((self.d / "munged.pid").read_text())
-        return {"slurmctld": [self.procs[0].pid], "slurmd": [self.procs[1].pid],
-                "munged": [munged]}  # fmt: skip
+        return {"slurmctld": [self.procs[0].pid], "slurmd": [self.procs[1].pid], "munged": [munged]}
 
     def stop(self) -> None:
         subprocess.run(["scancel", "--user=root"], capture_output=True)
@@ -583,11 +689,22 @@ class LabgridPeer:
         self.addr = f"127.0.0.1:{port}"
         self.coord = subprocess.Popen(
             [str(self.venv / "bin" / "labgrid-coordinator"), "-l", self.addr],
-            cwd=self.d, stdout=(self.d / "coordinator.log").open("w"), stderr=subprocess.STDOUT)  # fmt: skip
+            cwd=self.d,
+            stdout=(self.d / "coordinator.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
         self.drv = subprocess.Popen(
-            [str(self.venv / "bin" / "python"), str(LABGRID_DRIVER), self.addr, str(self.args.nodes)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=(self.d / "driver.err").open("w"),
-            text=True)  # fmt: skip
+            [
+                str(self.venv / "bin" / "python"),
+                str(LABGRID_DRIVER),
+                self.addr,
+                str(self.args.nodes),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=(self.d / "driver.err").open("w"),
+            text=True,
+        )
         try:
             self._ask("ready")
         except Unavailable:
@@ -646,8 +763,11 @@ class LabgridPeer:
 def idle_cpu(peers: list[Any], seconds: float) -> dict[str, dict[str, float]]:
     """% of one core per peer and per process group over ``seconds`` of nothing submitted."""
     groups = {p.name: p.pids() for p in peers}
-    before = {(n, g): sum(cpu_seconds(x) for x in pids) for n, gs in groups.items()
-              for g, pids in gs.items()}  # fmt: skip
+    before = {
+        (n, g): sum(cpu_seconds(x) for x in pids)
+        for n, gs in groups.items()
+        for g, pids in gs.items()
+    }
     t0 = time.monotonic()
     time.sleep(seconds)
     dt = time.monotonic() - t0
@@ -662,7 +782,7 @@ def alternate(peers: list[Any], samples: int, what: Callable[[Any], float]) -> d
     """``samples`` rounds, every peer once a round, the order rotating each round; medians."""
     got: dict[str, list[float]] = {p.name: [] for p in peers}
     for k in range(samples):
-        order = peers[k % len(peers):] + peers[: k % len(peers)]
+        order = peers[k % len(peers) :] + peers[: k % len(peers)]
         for p in order:
             got[p.name].append(what(p))
     return {n: median(v) for n, v in got.items()}
@@ -714,10 +834,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 log(f"idle CPU over {args.idle:g} s{tag}")
                 idle = idle_cpu(live, args.idle)
                 load = f"load {os.getloadavg()[0]:.1f}"
-                rows.append((f"idle CPU, % of a core{tag}", load,
-                             {n: sum(g.values()) for n, g in idle.items()}))  # fmt: skip
+                rows.append(
+                    (
+                        f"idle CPU, % of a core{tag}",
+                        load,
+                        {n: sum(g.values()) for n, g in idle.items()},
+                    )
+                )
                 for n, g in idle.items():
-                    notes.append(f"idle CPU {n}{tag}: " + ", ".join(f"{k} {v:.2f} %" for k, v in g.items()))
+                    notes.append(
+                        f"idle CPU {n}{tag}: " + ", ".join(f"{k} {v:.2f} %" for k, v in g.items())
+                    )
                     log(notes[-1])
                 for depth in args.depths:
                     for p in live:
@@ -728,8 +855,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                             notes.append(f"{p.name} at depth {depth}: fill failed — {exc}")
                             log(notes[-1])
                     load = f"depth {depth}, load {os.getloadavg()[0]:.1f}"
-                    for name, fn in (("submit → start, idle node", lambda p: p.submit_to_start()),
-                                     ("release → next start", lambda p: p.release_to_next())):  # fmt: skip
+                    for name, fn in (
+                        ("submit → start, idle node", lambda p: p.submit_to_start()),
+                        ("release → next start", lambda p: p.release_to_next()),
+                    ):
                         log(f"depth {depth}: {name}")
                         rows.append((name + tag, load, alternate(live, args.samples, fn)))
                         log(rows[-1][0] + ": " + json.dumps(rows[-1][2]))
@@ -746,9 +875,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         for c in started:
             c.stop()
     names = [c.name for c in candidates]
-    print(f"bench_peers: {args.nodes} nodes, enode --poll {args.poll:g}, samples {args.samples}, "
-          f"{args.submits} submits per throughput figure; loadavg at start {load0[0]:.1f} "
-          f"{load0[1]:.1f} {load0[2]:.1f}, at end {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"bench_peers: {args.nodes} nodes, enode --poll {args.poll:g}, samples {args.samples}, "
+        f"{args.submits} submits per throughput figure; loadavg at start {load0[0]:.1f} "
+        f"{load0[1]:.1f} {load0[2]:.1f}, at end {os.getloadavg()[0]:.1f}"
+    )
     print("values: medians; (M n×) = how many times better the Mediator's figure is")
     higher = {r[0] for r in rows if r[0].startswith("submits/s")}
     print(render_table(rows, names, higher))

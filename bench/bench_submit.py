@@ -45,10 +45,14 @@ LONG_TTLS = {"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS"
 
 
 def start_server(
-    dsn: str, workdir: Path, workers: int = 1, env: dict[str, str] | None = None
+    dsn: str,
+    workdir: Path,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    stack: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """The server under test: adverts and leases outlive the whole bench."""
-    return _start(dsn, workdir, workers=workers, env={**LONG_TTLS, **(env or {})})
+    return _start(dsn, workdir, workers=workers, env={**LONG_TTLS, **(env or {})}, stack=stack)
 
 
 def submit_round(url: str, per_client: int, clients: int = 4) -> tuple[float, int, int]:
@@ -89,12 +93,19 @@ def free_everything(med: Mediator) -> None:
 
 
 def measure(
-    med: Mediator, dsn: str, work: Path, workers: int, rounds: int, nodes: int, profile: bool
+    med: Mediator,
+    dsn: str,
+    work: Path,
+    workers: int,
+    rounds: int,
+    nodes: int,
+    profile: bool,
+    stack: str | None = None,
 ) -> tuple[float, int, int]:
-    """HTTP submits per second with ``workers`` server processes. With ``profile``, py-spy then
-    samples every serving process during as many rounds again (not timed: sampling slows the
-    server) and leaves its raw stacks in ``work``."""
-    proc, url = start_server(dsn, work, workers)
+    """HTTP submits per second with ``workers`` server processes (on uvicorn ``stack``, when
+    given). With ``profile``, py-spy then samples every serving process during as many rounds
+    again (not timed: sampling slows the server) and leaves its raw stacks in ``work``."""
+    proc, url = start_server(dsn, work, workers, stack=stack)
     elapsed = ok = other = 0
     try:
         submit_round(url, per_client=4)  # warm-up: imports, prepared statements, pools
@@ -104,7 +115,8 @@ def measure(
             elapsed, ok, other = elapsed + e, ok + k, other + o
             free_everything(med)
         if profile:
-            spies = [_spy(pid, work / f"profile-w{workers}-{pid}") for pid in _server_pids(proc)]
+            tag = f"w{workers}" + (f"-{stack}" if stack else "")
+            spies = [_spy(pid, work / f"profile-{tag}-{pid}") for pid in _server_pids(proc)]
             try:
                 for _ in range(rounds):
                     submit_round(url, per_client=nodes // 4)
@@ -142,6 +154,28 @@ def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
+def compare_stacks(
+    med: Mediator, dsn: str, work: Path, args: argparse.Namespace, baseline: float
+) -> None:
+    """Each stack in turn, ``--repeat`` times, one worker: the stacks share the machine's
+    moments, so their ratio holds even while others load it."""
+    got: dict[str, list[float]] = {s: [] for s in args.stacks}
+    for turn in range(args.repeat):
+        for stack in args.stacks if turn % 2 == 0 else args.stacks[::-1]:
+            tps, ok, other = measure(
+                med, dsn, work, 1, args.rounds, args.nodes, args.profile is not None, stack
+            )
+            got[stack].append(tps)
+            print(f"turn {turn + 1}, {stack}: {tps:,.0f} runs/s ({ok} runs, {other} non-201)",
+                  flush=True)  # fmt: skip
+    first = args.stacks[0]
+    for stack, rates in got.items():
+        med_rate = sorted(rates)[len(rates) // 2]
+        print(f"P1 submit over HTTP, --workers 1, {stack}: median {med_rate:,.0f} runs/s; "
+              f"{med_rate / baseline:.3f}× pgbench; "
+              f"{med_rate / sorted(got[first])[len(got[first]) // 2]:.2f}× {first}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="P1: submit throughput over HTTP vs pgbench")
     ap.add_argument("--time", type=int, default=10, help="pgbench seconds (default: 10)")
@@ -151,6 +185,16 @@ def main() -> None:
                     help="server worker counts to measure (default: 1 2)")  # fmt: skip
     ap.add_argument("--profile", metavar="DIR", default=None,
                     help="sample the server with py-spy; raw stacks go to DIR")  # fmt: skip
+    ap.add_argument(
+        "--stacks",
+        nargs="+",
+        default=None,
+        choices=["h11-asyncio", "httptools-uvloop"],
+        help="compare uvicorn HTTP stacks instead (one worker), taking turns --repeat times "
+        "(default: the server's own stack)",
+    )
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="turns per stack with --stacks (default: 3)")  # fmt: skip
     args = ap.parse_args()
     with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory() as tmp:
         baseline = pgbench_tps(pg, args.time)
@@ -165,6 +209,9 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         os.chmod(work, 0o755)
         try:
+            if args.stacks:
+                compare_stacks(med, dsn, work, args, baseline)
+                return
             for workers in args.workers:
                 tps, ok, other = measure(
                     med, dsn, work, workers, args.rounds, args.nodes, args.profile is not None
