@@ -69,9 +69,15 @@ class Driver:
         await self.stub.ReleasePlace(pb.ReleasePlaceRequest(placename=place))
         await self.stub.CancelReservation(pb.CancelReservationRequest(token=token))
 
-    async def fill(self, n: int) -> None:
-        for _ in range(n):
+    async def fill(self, n: int) -> int:
+        """Queue ``n`` more, for at most 45 s (the first would expire before the last came if
+        filling took over 60 s): returns how many were queued."""
+        deadline = time.monotonic() + 45
+        for k in range(n):
+            if time.monotonic() > deadline:
+                return k
             self.queued.append((await self._reserve("busy")).token)
+        return n
 
     async def reset(self) -> None:
         for tok in self.queued:

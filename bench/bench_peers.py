@@ -731,7 +731,10 @@ class LabgridPeer:
 
     def fill(self, depth: int) -> None:
         if depth > self.depth:
-            self._ask("fill", depth - self.depth)
+            got = int(self._ask("fill", depth - self.depth))
+            if got < depth - self.depth:
+                self.depth += got
+                raise RuntimeError(f"only {self.depth} queued in 45 s of CreateReservation calls")
             self.depth = depth
 
     def submit_rate(self, clients: int) -> float:
