@@ -17,6 +17,7 @@ import json
 import sys
 import time
 
+import grpc
 from labgrid.remote.client import start_session
 from labgrid.remote.generated import labgrid_coordinator_pb2 as pb
 
@@ -81,7 +82,10 @@ class Driver:
 
     async def reset(self) -> None:
         for tok in self.queued:
-            await self.stub.CancelReservation(pb.CancelReservationRequest(token=tok))
+            try:
+                await self.stub.CancelReservation(pb.CancelReservationRequest(token=tok))
+            except grpc.aio.AioRpcError:
+                pass  # it expired already (not polled within 60 s): gone all the same
         self.queued.clear()
 
     async def rate(self, clients: int, count: int) -> float:

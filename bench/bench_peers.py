@@ -839,8 +839,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         phases = [[s] for s in slurms] or [[]]
         for phase in phases:
             live = list(started)
-            for c in live:
-                c.reset()
+            for c in list(live):
+                try:
+                    c.reset()
+                except (Unavailable, OSError, RuntimeError) as exc:
+                    notes.append(f"{c.name}: dropped — its queue could not be emptied: {exc}")
+                    live.remove(c)
             for s in phase:
                 log(f"starting {s.name}")
                 try:
