@@ -110,10 +110,12 @@ def measure(
     try:
         submit_round(url, per_client=4)  # warm-up: imports, prepared statements, pools
         free_everything(med)
+        cpu0 = _cpu_seconds(_server_pids(proc))
         for _ in range(rounds):
             e, k, o = submit_round(url, per_client=nodes // 4)
             elapsed, ok, other = elapsed + e, ok + k, other + o
             free_everything(med)
+        CPU_PER_RUN.append((_cpu_seconds(_server_pids(proc)) - cpu0) / max(ok, 1))
         if profile:
             tag = f"w{workers}" + (f"-{stack}" if stack else "")
             spies = [_spy(pid, work / f"profile-{tag}-{pid}") for pid in _server_pids(proc)]
@@ -128,6 +130,19 @@ def measure(
     finally:
         stop_server(proc)
     return ok / elapsed, ok, other
+
+
+# Server CPU seconds per submit, one entry per measure() call: unlike runs/s, it hardly moves
+# when other work loads the machine (the serving processes' utime + stime from /proc).
+CPU_PER_RUN: list[float] = []
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _server_pids(proc: subprocess.Popen[str]) -> list[int]:
@@ -160,20 +175,23 @@ def compare_stacks(
     """Each stack in turn, ``--repeat`` times, one worker: the stacks share the machine's
     moments, so their ratio holds even while others load it."""
     got: dict[str, list[float]] = {s: [] for s in args.stacks}
+    cpu: dict[str, list[float]] = {s: [] for s in args.stacks}
     for turn in range(args.repeat):
         for stack in args.stacks if turn % 2 == 0 else args.stacks[::-1]:
             tps, ok, other = measure(
                 med, dsn, work, 1, args.rounds, args.nodes, args.profile is not None, stack
             )
             got[stack].append(tps)
-            print(f"turn {turn + 1}, {stack}: {tps:,.0f} runs/s ({ok} runs, {other} non-201)",
-                  flush=True)  # fmt: skip
+            cpu[stack].append(CPU_PER_RUN[-1])
+            print(f"turn {turn + 1}, {stack}: {tps:,.0f} runs/s ({ok} runs, {other} non-201), "
+                  f"server CPU {1000 * CPU_PER_RUN[-1]:.2f} ms per submit", flush=True)  # fmt: skip
     first = args.stacks[0]
     for stack, rates in got.items():
         med_rate = sorted(rates)[len(rates) // 2]
         print(f"P1 submit over HTTP, --workers 1, {stack}: median {med_rate:,.0f} runs/s; "
               f"{med_rate / baseline:.3f}× pgbench; "
-              f"{med_rate / sorted(got[first])[len(got[first]) // 2]:.2f}× {first}")  # fmt: skip
+              f"{med_rate / sorted(got[first])[len(got[first]) // 2]:.2f}× {first}; server CPU "
+              f"{1000 * sorted(cpu[stack])[len(rates) // 2]:.2f} ms per submit")  # fmt: skip
 
 
 def main() -> None:
