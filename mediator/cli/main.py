@@ -258,10 +258,6 @@ def _server(
             app,
             host=serving.config.host,
             port=serving.config.port,
-            # C parser and loop instead of h11 + asyncio: more submits per second, measured in
-            # one run by bench_submit.py --stacks (docs/performance.md "The HTTP stack")
-            http="httptools",
-            loop="uvloop",
             log_level="warning",
             access_log=False,
         )
