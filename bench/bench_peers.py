@@ -14,7 +14,9 @@ What runs:
   writes to release it, and notes its end time.
 * **slurm** — ``munged``, ``slurmctld`` and ``slurmd`` from the system's packages (Debian's
   ``slurm-wlm``), on one node with ``--nodes`` boards as a GRES (``board``) and one ``busy``
-  GRES held by a job that never ends; a job is ``sbatch --gres=board:1 --wrap <the same script>``.
+  GRES held by a job that never ends; a job is ``sbatch --gres=board:1 --wrap <the same script>``;
+  the queued jobs wait in a partition of their own for that job to end (``--dependency``; see
+  :meth:`SlurmPeer.fill` for why not for the host).
   Measured twice: with the package's default scheduler settings, and tuned (``--slurm tuned``;
   the set is ``SLURM_TUNED`` below).
 * **labgrid** — ``labgrid-coordinator`` (gRPC) from PyPI, in its own venv that this script makes
@@ -655,7 +657,8 @@ class SlurmPeer:
 
     def stop(self) -> None:
         subprocess.run(["scancel", "--user=root"], capture_output=True)
-        self.marks.release(self.blocker) if hasattr(self, "blocker") else None
+        if hasattr(self, "blocker"):
+            self.marks.release(self.blocker)
         for p in self.procs:
             p.terminate()
             try:
