@@ -47,6 +47,7 @@ Run: ``.venv/bin/python bench/bench_peers.py [--quick] [--peers mediator slurm l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,11 @@ class Marks:
     def release(self, tok: str) -> None:
         with open(self.root / f"fifo.{tok}", "w"):
             pass
+
+    def release_if_waiting(self, tok: str) -> None:
+        """Release ``tok`` if its script still waits; never blocks (at shutdown it may be gone)."""
+        with contextlib.suppress(OSError):  # ENXIO: no reader any more
+            os.close(os.open(self.root / f"fifo.{tok}", os.O_WRONLY | os.O_NONBLOCK))
 
 
 # ---- the client processes that submit ----------------------------------------------------------
@@ -467,7 +473,7 @@ class MediatorPeer:
     def stop(self) -> None:
         for p in self.procs:
             p.terminate()
-        self.marks.release(self.blocker)
+        self.marks.release_if_waiting(self.blocker)
         for p in self.procs:
             try:
                 p.wait(timeout=20)
@@ -658,7 +664,7 @@ class SlurmPeer:
     def stop(self) -> None:
         subprocess.run(["scancel", "--user=root"], capture_output=True)
         if hasattr(self, "blocker"):
-            self.marks.release(self.blocker)
+            self.marks.release_if_waiting(self.blocker)
         for p in self.procs:
             p.terminate()
             try:
