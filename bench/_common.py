@@ -42,13 +42,18 @@ def start_server(
     *,
     workers: int = 1,
     env: dict[str, str] | None = None,
+    stack: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """``mediator serve --dev`` on ``dsn``, port 0, ``workers`` processes; returns the process
-    and its URL once it says it serves. ``env`` adds MEDIATOR_* settings."""
+    and its URL once it says it serves. ``env`` adds MEDIATOR_* settings; ``stack`` names the
+    uvicorn HTTP stack to run on (``bench/_stack.py``; with one worker), else the server's own."""
+    main = ["-m", "mediator.cli.main"]
+    if stack is not None:
+        main = [str(Path(__file__).with_name("_stack.py")), stack]
     work = Path(workdir)
     with (work / "serve.err").open("w") as err:  # the child keeps its own copy
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mediator.cli.main", "--data", str(work / "pg"),
+            [sys.executable, *main, "--data", str(work / "pg"),
              "--records", str(work / "records"), "serve", "--dev", "--port", "0",
              "--database-url", dsn, "--workers", str(workers)],
             stdout=subprocess.PIPE,

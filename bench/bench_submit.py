@@ -53,10 +53,14 @@ LONG_TTLS = {"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS"
 
 
 def start_server(
-    dsn: str, workdir: Path, workers: int = 1, env: dict[str, str] | None = None
+    dsn: str,
+    workdir: Path,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    stack: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """The server under test: adverts and leases outlive the whole bench."""
-    return _start(dsn, workdir, workers=workers, env={**LONG_TTLS, **(env or {})})
+    return _start(dsn, workdir, workers=workers, env={**LONG_TTLS, **(env or {})}, stack=stack)
 
 
 def submit_round(url: str, per_client: int, clients: int = 4) -> tuple[float, int, int]:
@@ -97,22 +101,32 @@ def free_everything(med: Mediator) -> None:
 
 
 def measure(
-    med: Mediator, dsn: str, work: Path, workers: int, rounds: int, nodes: int, profile: bool
+    med: Mediator,
+    dsn: str,
+    work: Path,
+    workers: int,
+    rounds: int,
+    nodes: int,
+    profile: bool,
+    stack: str | None = None,
 ) -> tuple[float, int, int]:
-    """HTTP submits per second with ``workers`` server processes. With ``profile``, py-spy then
-    samples every serving process during as many rounds again (not timed: sampling slows the
-    server) and leaves its raw stacks in ``work``."""
-    proc, url = start_server(dsn, work, workers)
+    """HTTP submits per second with ``workers`` server processes (on uvicorn ``stack``, when
+    given). With ``profile``, py-spy then samples every serving process during as many rounds
+    again (not timed: sampling slows the server) and leaves its raw stacks in ``work``."""
+    proc, url = start_server(dsn, work, workers, stack=stack)
     elapsed = ok = other = 0
     try:
         submit_round(url, per_client=4)  # warm-up: imports, prepared statements, pools
         free_everything(med)
+        cpu0 = _cpu_seconds(_server_pids(proc))
         for _ in range(rounds):
             e, k, o = submit_round(url, per_client=nodes // 4)
             elapsed, ok, other = elapsed + e, ok + k, other + o
             free_everything(med)
+        CPU_PER_RUN.append((_cpu_seconds(_server_pids(proc)) - cpu0) / max(ok, 1))
         if profile:
-            spies = [_spy(pid, work / f"profile-w{workers}-{pid}") for pid in _server_pids(proc)]
+            tag = f"w{workers}" + (f"-{stack}" if stack else "")
+            spies = [_spy(pid, work / f"profile-{tag}-{pid}") for pid in _server_pids(proc)]
             try:
                 for _ in range(rounds):
                     submit_round(url, per_client=nodes // 4)
@@ -124,6 +138,19 @@ def measure(
     finally:
         stop_server(proc)
     return ok / elapsed, ok, other
+
+
+# Server CPU seconds per submit, one entry per measure() call: unlike runs/s, it hardly moves
+# when other work loads the machine (the serving processes' utime + stime from /proc).
+CPU_PER_RUN: list[float] = []
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _server_pids(proc: subprocess.Popen[str]) -> list[int]:
@@ -165,6 +192,30 @@ def durable_or_ephemeral(durable: bool) -> Iterator[EmbeddedPostgres]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
+def compare_stacks(
+    med: Mediator, dsn: str, work: Path, args: argparse.Namespace, baseline: float
+) -> None:
+    """Each stack in turn, ``--repeat`` times, one worker: the stacks share the machine's
+    moments, so their ratio holds even while others load it."""
+    got: dict[str, list[float]] = {s: [] for s in args.stacks}
+    cpu: dict[str, list[float]] = {s: [] for s in args.stacks}
+    for turn in range(args.repeat):
+        for stack in args.stacks if turn % 2 == 0 else args.stacks[::-1]:
+            tps, ok, other = measure(
+                med, dsn, work, 1, args.rounds, args.nodes, args.profile is not None, stack
+            )
+            got[stack].append(tps)
+            cpu[stack].append(CPU_PER_RUN[-1])
+            print(f"turn {turn + 1}, {stack}: {tps:,.0f} runs/s ({ok} runs, {other} non-201), "
+                  f"server CPU {1000 * CPU_PER_RUN[-1]:.2f} ms per submit", flush=True)  # fmt: skip
+    first = args.stacks[0]
+    for stack, rates in got.items():
+        med_rate = sorted(rates)[len(rates) // 2]
+        print(f"P1 submit over HTTP, --workers 1, {stack}: median {med_rate:,.0f} runs/s; "
+              f"{med_rate / baseline:.3f}× pgbench; "
+              f"{med_rate / sorted(got[first])[len(got[first]) // 2]:.2f}× {first}; server CPU "
+              f"{1000 * sorted(cpu[stack])[len(rates) // 2]:.2f} ms per submit")  # fmt: skip
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="P1: submit throughput over HTTP vs pgbench")
@@ -178,6 +229,17 @@ def main() -> None:
     ap.add_argument("--durable", action="store_true",
                     help="a persistent cluster on the disk, fsync on, as `mediator serve --data` "
                     "runs (default: off: an ephemeral tmpfs cluster, fsync off)")  # fmt: skip
+
+    ap.add_argument(
+        "--stacks",
+        nargs="+",
+        default=None,
+        choices=["h11-asyncio", "httptools-uvloop"],
+        help="compare uvicorn HTTP stacks instead (one worker), taking turns --repeat times "
+        "(default: the server's own stack)",
+    )
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="turns per stack with --stacks (default: 3)")  # fmt: skip
     args = ap.parse_args()
     with durable_or_ephemeral(args.durable) as pg, tempfile.TemporaryDirectory() as tmp:
         print(f"cluster: {pg.kind}")
@@ -193,6 +255,9 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         os.chmod(work, 0o755)
         try:
+            if args.stacks:
+                compare_stacks(med, dsn, work, args, baseline)
+                return
             for workers in args.workers:
                 tps, ok, other = measure(
                     med, dsn, work, workers, args.rounds, args.nodes, args.profile is not None

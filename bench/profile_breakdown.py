@@ -40,7 +40,10 @@ LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )
 _SERVING = re.compile(r"\(mediator/|\(fastapi/|\(starlette/")
-_IDLE_LEAF = re.compile(r"\b(select|poll) \((selectors|asyncio/selector_events)\.py")
+# The loop waiting: asyncio's in select(); uvloop's in C, under its caller's last Python frame.
+_IDLE_LEAF = re.compile(
+    r"\b(select|poll) \((selectors|asyncio/selector_events)\.py|\brun \(asyncio/runners\.py"
+)
 
 
 def classify(stack: str) -> str | None:
@@ -73,11 +76,15 @@ def main() -> None:
     root = Path(sys.argv[1])
     groups: dict[str, list[Path]] = {}
     for p in sorted(root.glob("profile-w*-*.txt")):
-        groups.setdefault(p.name.split("-")[1].removeprefix("w"), []).append(p)
-    for workers, paths in groups.items():
+        # profile-w<workers>[-<stack>]-<pid>.txt: one group per worker count and stack
+        key = p.name.removeprefix("profile-w").rsplit("-", 1)[0]
+        groups.setdefault(key, []).append(p)
+    for key, paths in groups.items():
         layers = breakdown(paths)
         total = sum(layers.values())
-        print(f"--workers {workers}: {total} samples of request-serving threads")
+        workers, _, stack = key.partition("-")
+        label = f"--workers {workers}" + (f", {stack}" if stack else "")
+        print(f"{label}: {total} samples of request-serving threads")
         for name, n in layers.most_common():
             print(f"  {100 * n / total:5.1f}%  {name}")
 

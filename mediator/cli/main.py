@@ -299,6 +299,7 @@ def _server(
         def handle_exit(sig: int, frame: FrameType | None) -> None:
             app.state.feed.stop()  # end open event streams, or shutdown would wait for them
             server.handle_exit(sig, frame)
+            wake()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, handle_exit)
@@ -306,10 +307,12 @@ def _server(
         yield
 
     server.capture_signals = capture_signals  # type: ignore[method-assign]
+    wake = _quiet_main_loop(server)
 
     def stop() -> None:
         app.state.feed.stop()
         server.should_exit = True
+        wake()
 
     return server, stop
 
@@ -322,6 +325,39 @@ def reload_tokens(tokens: Tokens) -> None:
         log.error("the tokens file was not reloaded, the old tokens stay: %s", problem)
     elif tokens.path is not None:
         log.warning("reloaded the tokens file %s", tokens.path)
+
+
+IDLE_TICK_S = 1.0  # the Date header's resolution: the only reason an idle server wakes
+
+
+def _quiet_main_loop(server: Any) -> Callable[[], None]:
+    """Give ``server`` (a ``uvicorn.Server``) a main loop that sleeps while nothing happens, and
+    return the function that wakes it to exit (safe from a signal handler or another thread).
+
+    uvicorn's own loop wakes every 0.1 s to check ``should_exit``: ten wake-ups a second in every
+    worker with no request in sight (docs/performance.md "Idle CPU"). This one waits for the wake
+    and otherwise wakes once a second, to refresh the Date header (``on_tick`` does that when its
+    counter is a multiple of 10, so every wake-up passes one).
+    """
+    stopping: list[Callable[[], object]] = []
+
+    async def main_loop() -> None:
+        loop = asyncio.get_running_loop()
+        wake_event = asyncio.Event()
+        stopping.append(lambda: loop.call_soon_threadsafe(wake_event.set))
+        counter = 0
+        while not await server.on_tick(counter):
+            counter = (counter + 10) % 864_000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake_event.wait(), IDLE_TICK_S)
+
+    def wake() -> None:
+        for set_event in stopping:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to wake
+                set_event()
+
+    server.main_loop = main_loop
+    return wake
 
 
 def _serve_here(med: Mediator, serving: Serving, sock: socket.socket) -> int:
