@@ -192,6 +192,7 @@ def durable_or_ephemeral(durable: bool) -> Iterator[EmbeddedPostgres]:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
+
 def compare_stacks(
     med: Mediator, dsn: str, work: Path, args: argparse.Namespace, baseline: float
 ) -> None:
