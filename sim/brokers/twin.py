@@ -64,7 +64,9 @@ class Pseudonyms:
         hit = self._memo.get((kind, value))
         if hit is None:
             digest = hmac.new(self.key, f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()
-            hit = self._memo[kind, value] = f"{kind[0]}-{digest[:16]}"
+            hit = f"{kind[0]}-{digest[:16]}"
+            if kind != "run":  # nodes and work ids are few; runs are not (bounded memory)
+                self._memo[kind, value] = hit
         return hit
 
 
