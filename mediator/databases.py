@@ -9,7 +9,12 @@ pg.py no longer imports the store"). The store may import the launcher, never th
 
 from __future__ import annotations
 
-from mediator.store.connector import admin_execute, load_schema
+from mediator.store.connector import Snapshot, admin_execute, load_schema, read_snapshot
+
+# The lab's twin (docs/design.md §20) reads a Mediator database through read_snapshot: one
+# consistent, read-only snapshot, streamed in batches, refused on another schema version.
+__all__ = ["Snapshot", "create_database", "create_schema_database", "drop_database",
+           "read_snapshot"]  # fmt: skip
 
 
 def _safe(name: str) -> str:

@@ -14,8 +14,9 @@ boundary test checks):
    `Broker` protocol: the daemons' calls and the loop's questions), `measure` (the one `Result`
    type and the differential comparison);
 3. `sim.brokers` — `model` (the in-memory reference policy, no `mediator` import), `mediator`
-   (the real Mediator on PostgreSQL), `readback` (its tables, read from the database), and
-   `entry.run`: the one way in;
+   (the real Mediator on PostgreSQL), `readback` (its tables, read from the database), `twin`
+   (a lab's own Mediator database exported as tables: `sim.twin.export`), and `entry.run`: the
+   one way in;
 4. `sim.studies` — capacity plans (`plan`), per capability class (`classplan`);
 5. `sim.outputs` — the report, the scheduling-decision gate, notebook plumbing, the pytest
    plugin, the command line (`python -m sim`).
@@ -35,6 +36,7 @@ from sim.analysis import (
     mmc_wq,
     quantile_ci,
 )
+from sim.brokers import twin  # the lab's own twin: sim.twin.export(...)
 from sim.brokers.entry import run
 from sim.brokers.model import replicate, run_model
 from sim.inputs import scenarios  # the built-in catalog: sim.scenarios.steady(...)
@@ -81,4 +83,5 @@ __all__ = [
     "run_model",
     "scenarios",
     "to_us",
+    "twin",
 ]

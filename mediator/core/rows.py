@@ -43,6 +43,18 @@ EVENT_KINDS = (
     "cancelled",
 )
 
+#: The fleet's history vocabulary (docs/design.md §12, schema.sql's CHECK on fleet_history.kind):
+#: what the advert upsert and the reaper record about a node, one row per change.
+FLEET_HISTORY_KINDS = (
+    "appeared",
+    "restarted",
+    "drain_set",
+    "drain_lifted",
+    "capabilities_changed",
+    "returned",
+    "expired",
+)
+
 
 class _Row:
     def to_dict(self) -> dict[str, Any]:

@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]
@@ -544,3 +544,56 @@ def admin_execute(dsn: str, sql: str) -> None:
     """Run one administrative statement outside a transaction (CREATE/DROP DATABASE)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.encode())
+
+
+class Snapshot:
+    """One READ ONLY, REPEATABLE READ transaction over a Mediator database: every query sees the
+    same instant, and :meth:`stream` reads through a server-side cursor ``batch`` rows at a time,
+    so an export of a month of a busy lab holds one batch in memory (the lab's twin, docs/design.md
+    §20)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], batch: int) -> None:
+        self._conn = conn
+        self._batch = batch
+        self._n = 0
+
+    def one(self, sql: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        cur = self._conn.cursor(row_factory=dict_row)
+        cur.execute(sql, params, prepare=False)
+        row: dict[str, Any] | None = cur.fetchone()
+        cur.close()
+        return row
+
+    def stream(self, sql: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        self._n += 1
+        with self._conn.cursor(f"snapshot_{self._n}", row_factory=dict_row) as cur:
+            cur.itersize = self._batch
+            cur.execute(sql, params)
+            yield from cur
+
+
+@contextmanager
+def read_snapshot(dsn: str, batch: int = 2000) -> Iterator[Snapshot]:
+    """A :class:`Snapshot` of the database at ``dsn``, refused with a MediatorError when it holds
+    no Mediator schema or another version than this code's (no migrations before 1.0): a reader
+    of an older layout would misread it silently."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            set_json_loads(json_loads, conn)
+            conn.execute("SET TIME ZONE 'UTC'")
+            exists = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+            if not (exists and exists[0]):
+                raise MediatorError("That database holds no Mediator schema (no schema_version).")
+            row = conn.execute(QUERIES["schema_version"]).fetchone()
+            version = row[0] if row else None
+            if version != SCHEMA_VERSION:
+                raise MediatorError(
+                    f"The database holds schema version {version}; this reader needs "
+                    f"{SCHEMA_VERSION} (the fleet's history arrived in 7). Export with the "
+                    "Mediator release that wrote it, or start from a fresh database."
+                )
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield Snapshot(conn, batch)
+    except psycopg.Error as exc:
+        raise MediatorError(f"Cannot read the database: {type(exc).__name__}.") from exc

@@ -83,6 +83,8 @@ ORDER BY node_id
 -- and R14: a steady one never sweeps): the leases of this instance get lease_ttl more, only if
 -- the upsert wrote (the node is ours) and lease_ttl is given. A data-modifying CTE runs whether
 -- or not it is read; the node row is locked before any lease row, the locking order of docs/design.md §9.
+-- And the fleet's history (docs/design.md §18): a row per change the advert made, decided from
+-- the same locked row; a steady heartbeat matches no kind and inserts nothing.
 WITH up AS (
     INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
                             expires_at, prev_drain, prev_instance, prev_live)
@@ -93,6 +95,7 @@ WITH up AS (
         prev_drain    = n.drain,
         prev_instance = n.instance,
         prev_live     = n.expires_at > mediator_now(%(now)s),
+        prev_expires_at = n.expires_at,
         caps_changed  = n.capabilities IS DISTINCT FROM EXCLUDED.capabilities,
         label         = EXCLUDED.label,
         capabilities  = EXCLUDED.capabilities,
@@ -102,13 +105,33 @@ WITH up AS (
         expires_at    = EXCLUDED.expires_at
     WHERE n.principal = EXCLUDED.principal
     RETURNING n.prev_drain, n.prev_instance, n.prev_live, (n.xmax = 0) AS inserted, n.expires_at,
-              n.caps_changed
+              n.caps_changed, n.node_id, n.label, n.instance, n.drain, n.capabilities,
+              n.prev_expires_at, n.seen_at
 ), renewed AS (
     UPDATE leases
     SET not_after = mediator_now(%(now)s) + make_interval(secs => %(lease_ttl)s::float8)
     WHERE node_id = %(node_id)s AND instance = %(instance)s
       AND %(lease_ttl)s::float8 IS NOT NULL AND EXISTS (SELECT 1 FROM up)
     RETURNING run_id
+), history AS (
+    INSERT INTO fleet_history (at, node_id, kind, data)
+    SELECT up.seen_at, up.node_id, k.kind,
+           jsonb_build_object('instance', up.instance, 'drain', up.drain,
+                              'capabilities', up.capabilities, 'label', up.label) || k.prev
+    FROM up CROSS JOIN LATERAL (VALUES
+        (1, 'appeared', up.inserted, '{}'::jsonb),
+        (2, 'returned', NOT up.inserted AND NOT up.prev_live,
+            jsonb_build_object('gone_at', up.prev_expires_at)),
+        (3, 'restarted', NOT up.inserted AND up.prev_instance <> up.instance,
+            jsonb_build_object('prev_instance', up.prev_instance)),
+        (4, 'drain_set', NOT up.inserted AND up.drain <> '' AND up.drain <> up.prev_drain,
+            jsonb_build_object('prev_drain', up.prev_drain)),
+        (5, 'drain_lifted', NOT up.inserted AND up.drain = '' AND up.prev_drain <> '',
+            jsonb_build_object('prev_drain', up.prev_drain)),
+        (6, 'capabilities_changed', NOT up.inserted AND up.caps_changed, '{}'::jsonb)
+    ) AS k(ord, kind, happened, prev)
+    WHERE k.happened
+    ORDER BY k.ord
 )
 SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed FROM up
 
@@ -451,6 +474,22 @@ RETURNING run_id
 UPDATE asks SET closed = true WHERE run_id = %(run_id)s AND NOT closed
 
 -- expired_lease_runs --
+-- With the fleet's history (docs/design.md §18): an `expired` row for each node whose advert
+-- lapsed, at its expires_at, written once per expiry (the partial unique index decides between
+-- reapers); a node that returned before a pass noticed has its `returned` row say when it went.
+WITH gone AS (
+    INSERT INTO fleet_history (at, node_id, kind, data)
+    SELECT n.expires_at, n.node_id, 'expired',
+           jsonb_build_object('instance', n.instance, 'drain', n.drain,
+                              'capabilities', n.capabilities, 'label', n.label,
+                              'noticed_at', mediator_now(%(now)s))
+    FROM nodes n
+    WHERE n.expires_at <= mediator_now(%(now)s)
+      AND NOT EXISTS (SELECT 1 FROM fleet_history h
+                      WHERE h.kind = 'expired' AND h.node_id = n.node_id AND h.at = n.expires_at)
+    ORDER BY n.expires_at, n.node_id
+    ON CONFLICT DO NOTHING
+)
 SELECT DISTINCT run_id FROM leases WHERE not_after <= (SELECT mediator_now(%(now)s)) ORDER BY run_id
 
 -- delete_expired_leases --

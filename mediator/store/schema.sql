@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (7);
+INSERT INTO schema_version VALUES (8);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -37,7 +37,10 @@ CREATE TABLE nodes (
     prev_live     boolean NOT NULL DEFAULT false,
     -- Whether the last advert's capabilities differed from the stored ones (wake 9), decided
     -- by the upsert from the row as locked, like the prev_* columns.
-    caps_changed  boolean NOT NULL DEFAULT false
+    caps_changed  boolean NOT NULL DEFAULT false,
+    -- The expiry the last advert replaced, filled like prev_*: a `returned` row of
+    -- fleet_history says when the node had gone (docs/design.md §18).
+    prev_expires_at timestamptz
 );
 
 -- Identical needs by role share a class: the sweep matches each class once (P2).
@@ -155,6 +158,26 @@ CREATE TABLE events (
     data    jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX events_run ON events (run_id, id);
+
+-- The fleet's history (docs/design.md §18, the lab's twin): one row per change of a node that the
+-- scheduler could see — never one per steady heartbeat. The advert upsert writes appeared,
+-- restarted, drain_set, drain_lifted, capabilities_changed and returned in the same statement
+-- (a data-modifying CTE that inserts only when something changed); the reaper's first statement
+-- writes expired, `at` being the node's expires_at (the instant it went), once per expiry.
+-- Every row's data carries the node's state after the change (instance, drain, capabilities,
+-- label) and what it replaced, so a reader rebuilds the fleet at any instant from rows alone.
+CREATE TABLE fleet_history (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      timestamptz NOT NULL,
+    node_id text NOT NULL,
+    kind    text NOT NULL CHECK (kind IN (
+        'appeared', 'restarted', 'drain_set', 'drain_lifted', 'capabilities_changed',
+        'returned', 'expired')),
+    data    jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX fleet_history_at ON fleet_history (at, id);
+-- One `expired` row per expiry, however many reapers notice it.
+CREATE UNIQUE INDEX fleet_history_expired ON fleet_history (node_id, at) WHERE kind = 'expired';
 
 -- PushAsks and /v1/events: NOTIFY is delivered on commit only, so a subscriber never hears of a
 -- rolled-back change (R12), and every Mediator process listening hears every commit.

@@ -7,6 +7,7 @@
     python -m sim report [--out reports/] [--scale full|ci]
     python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.outputs.gate)
     python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
+    python -m sim twin export --database-url URL --since T --until T --out DIR [--pseudonymize]
 
 ``--set`` takes the names Python takes — a built-in scenario's parameters (``runs=10``,
 ``arrival_rate=0.2``, ``service="lognormal"``), which rebuild it so derived fields follow — and
@@ -31,6 +32,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from sim.brokers.entry import BROKERS, run
+from sim.brokers.twin import KEY_ENV, cli_export
 from sim.inputs.scenarios import (
     ALIASES,
     SCENARIOS,
@@ -302,6 +304,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
 
     add_gate_parsers(sub)
+    tw = _parser(sub, "twin", "the lab's own twin: a window of a Mediator database as tables")
+    tw_sub = tw.add_subparsers(dest="twin_command", required=True, metavar="TWIN_COMMAND")
+    ex = _parser(tw_sub, "export", "export [--since, --until) of a Mediator database (read-only)")
+    ex.add_argument("--database-url", required=True, help="the lab's Mediator database")
+    ex.add_argument("--since", required=True, help="the window's start, ISO 8601 with a zone")
+    ex.add_argument("--until", required=True, help="the window's end, ISO 8601 with a zone")
+    ex.add_argument("--out", required=True, help="the folder for twin.json and the CSV tables")
+    ex.add_argument(
+        "--pseudonymize",
+        action="store_true",
+        help=f"replace run, node and work ids by HMAC-SHA256 pseudonyms under the key in "
+        f"${KEY_ENV} (stable across exports), or a random key kept nowhere",
+    )
+    ex.add_argument("--quiet", action="store_true", help="no progress bar")
+    ex.set_defaults(func=cli_export)
     return ap
 
 
