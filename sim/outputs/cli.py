@@ -40,6 +40,7 @@ from sim.inputs.scenarios import (
     explain,
     parse_set,
 )
+from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate's rule coverage
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
 from sim.studies.plan import plan
@@ -302,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
 
     add_gate_parsers(sub)
+    add_coverage_parsers(sub)
     return ap
 
 
