@@ -104,7 +104,7 @@ def _greedy_width() -> contextlib.AbstractContextManager[None]:
 
 
 def _fewer_attempts() -> contextlib.AbstractContextManager[None]:
-    """§8 retries: a retried step gets one attempt fewer than ``max_attempts``."""
+    """§9 retries: a retried step gets one attempt fewer than ``max_attempts``."""
     import mediator.flows.steps as steps
 
     real = vars(steps)["decide_result"]  # imported there from mediator.core.progress
@@ -146,7 +146,7 @@ def _drain_kinds_swapped() -> contextlib.AbstractContextManager[None]:
 
 
 def _no_restart_detection() -> contextlib.AbstractContextManager[None]:
-    """§7.5: a new daemon instance is not noticed; its old leases and steps stay."""
+    """§10: a new daemon instance is not noticed; its old leases and steps stay."""
     import mediator.flows.advert as advert
 
     real = advert.advert_effects
@@ -177,7 +177,7 @@ def _lifo_sweep() -> contextlib.AbstractContextManager[None]:
 
 def _wake_off(number: int) -> Callable[[], contextlib.AbstractContextManager[None]]:
     def apply() -> contextlib.AbstractContextManager[None]:
-        """Wake ``number`` never sweeps (docs/design.md §6, the wake points)."""
+        """Wake ``number`` never sweeps (docs/design.md §8, the wake points)."""
         from mediator.flows.after import AfterCommit
 
         real = AfterCommit.wake_safely
@@ -214,13 +214,13 @@ PLANTS: tuple[Plant, ...] = (
           "among equal candidates the highest node_id is taken", _last_candidate),
     Plant("width-greedy-only", "TOO_WIDE exact (R1, R10)",
           "no exact width search: a wide greedy choice is TOO_WIDE", _greedy_width),
-    Plant("attempts-minus-one", "retries / max_attempts (§8)",
+    Plant("attempts-minus-one", "retries / max_attempts (§9)",
           "a retried step gets one attempt fewer", _fewer_attempts),
     Plant("no-partial-release", "partial release (R15, applyRelease)",
           "a node done with its steps keeps its lease until the run ends", _no_partial_release),
     Plant("drain-kinds-swapped", "drain, both kinds (§10)",
           "graceful acts at the step boundary, at-boundary gracefully", _drain_kinds_swapped),
-    Plant("no-restart-detection", "restart (§7.5)",
+    Plant("no-restart-detection", "restart (§10)",
           "a new daemon instance is not noticed", _no_restart_detection),
     Plant("sweep-newest-first", "FIFO (R6, I7)",
           "the sweep walks the queue's head newest first", _lifo_sweep),

@@ -41,7 +41,7 @@ NAMED = {
     # the later roles a candidate serves folds the run onto one b node; ignoring the count takes
     # a000 (the lower id) for dut and makes the run two nodes wide.
     "match-ignores-folding": ("r0000008", "523.935296"),
-    # §8: the retried `test` step of a fold run ends FAILED one attempt early, freeing its node.
+    # §9: the retried `test` step of a fold run ends FAILED one attempt early, freeing its node.
     "attempts-minus-one": ("r0000111", "4735.020322"),
     # R15: a pair run's l000 is free once `prep` passed; without partial release a solo run
     # waits for the pair's `soak` on r000 to end.
