@@ -98,3 +98,19 @@ def test_the_table_names_the_case_that_caught_a_plant(server_url: str) -> None:
     assert report.exit_code == 0, report.text()
     [(_rule, _id, _what, verdict)] = report.rows()
     assert verdict == "capabilities[seed=0]: first divergence at 100.000000 s, run r0000001"
+
+
+def test_the_command_allows_the_documented_exceptions_unless_strict(server_url: str) -> None:
+    """``python -m sim coverage``: wake 2 (cancel) cannot happen in a simulation, so the command
+    allows it by name and says why (exit 0); ``--strict`` counts it as not exercised (exit 1)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "sim", "coverage", "capabilities", "--baseline", str(BASELINE),
+            "--plant", "wake-2-off", "--database-url", server_url]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "NOT EXERCISED (allowed: the simulator never cancels a run)" in done.stdout
+    strict = subprocess.run([*argv, "--strict"], capture_output=True, text=True, cwd=ROOT)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "NOT EXERCISED: wake-2-off (exit 1)" in strict.stdout

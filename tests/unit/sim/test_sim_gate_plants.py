@@ -70,3 +70,8 @@ def test_the_command_lists_the_plants() -> None:
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     for p in coverage.PLANTS:
         assert p.id in out
+
+
+def test_the_documented_exceptions_are_plants() -> None:
+    """Wake 2 and wake 5 cannot happen in a simulation (docs/design.md §20): allowed by name."""
+    assert set(coverage.EXCEPTIONS) <= {p.id for p in coverage.PLANTS}
