@@ -145,6 +145,18 @@ def _drain_kinds_swapped() -> contextlib.AbstractContextManager[None]:
     return _patched(advert, "advert", swapped)
 
 
+@contextlib.contextmanager
+def _at_boundary_as_graceful() -> Iterator[None]:
+    """§10: an at-boundary drain never ends a run at its step boundary (it acts gracefully)."""
+    import mediator.core.progress as progress
+    import mediator.flows.advert as advert
+
+    with contextlib.ExitStack() as stack:
+        for module in (progress, advert):  # advert.py imported the name from progress
+            stack.enter_context(_patched(module, "drained_at_boundary", lambda *_a: False))
+        yield
+
+
 def _no_restart_detection() -> contextlib.AbstractContextManager[None]:
     """§10: a new daemon instance is not noticed; its old leases and steps stay."""
     import mediator.flows.advert as advert
@@ -220,6 +232,8 @@ PLANTS: tuple[Plant, ...] = (
           "a node done with its steps keeps its lease until the run ends", _no_partial_release),
     Plant("drain-kinds-swapped", "drain, both kinds (§10)",
           "graceful acts at the step boundary, at-boundary gracefully", _drain_kinds_swapped),
+    Plant("drain-at-boundary-graceful", "drain, both kinds (§10)",
+          "an at-boundary drain acts gracefully", _at_boundary_as_graceful),
     Plant("no-restart-detection", "restart (§10)",
           "a new daemon instance is not noticed", _no_restart_detection),
     Plant("sweep-newest-first", "FIFO (R6, I7)",

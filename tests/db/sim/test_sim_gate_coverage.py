@@ -2,12 +2,13 @@
 ``sim.outputs.coverage`` — changes the decisions of a committed baseline case, and the gate says
 where.
 
-Before the ``rules`` case was recorded, three of the one-line changes below (the matcher's folding
-choice for a multi-role contract, one attempt fewer for a retried step, partial release off) and
-the swapped drain kinds passed ``python -m sim check --baseline sim-baseline`` as unchanged (exit
-0): no case exercised them. Each test here fails on a tree whose ``sim-baseline/`` lacks that
-case. The expected first divergences are read from the committed ``decisions.csv`` (the baseline's
-decision for that run), so they document what each rule decides in the case.
+Before the ``rules`` case was recorded, the matcher's folding choice for a multi-role contract,
+one attempt fewer for a retried step and the drain kinds (swapped, or at-boundary acting
+gracefully) passed ``python -m sim check --baseline sim-baseline`` as unchanged (exit 0): no case
+exercised them (partial release was caught, by ``mixed``). Each test here fails on a tree whose
+``sim-baseline/`` lacks that case. The expected first divergences are read from the committed
+``decisions.csv`` (the baseline's decision for that run), so they document what each rule
+decides in the case.
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ NAMED = {
     # a000 (the lower id) for dut and makes the run two nodes wide.
     "match-ignores-folding": ("r0000008", "523.935296"),
     # §9: the retried `test` step of a fold run ends FAILED one attempt early, freeing its node.
-    "attempts-minus-one": ("r0000111", "4735.020322"),
+    "attempts-minus-one": ("r0000111", "4751.699390"),
     # R15: a pair run's l000 is free once `prep` passed; without partial release a solo run
     # waits for the pair's `soak` on r000 to end.
     "no-partial-release": ("r0000012", "638.051905"),
     # §10: b000 drains at-boundary at 2,900 s for 60 s; the fold run on it ends at its step
-    # boundary, so b000 is free at the undrain (2,960 s) and a queued run starts there. Drained
-    # gracefully, the run goes on and b000 is still busy at 2,960 s.
-    "drain-kinds-swapped": ("r0000059", "2960.000000"),
+    # boundary, so b000 is free at the undrain (2,960 s) and a queued run starts there. Acting
+    # gracefully instead, the run goes on and b000 is still busy at 2,960 s. (The plant that
+    # swaps both kinds is caught too, but by a crash: the node, told graceful, claims a step
+    # the Mediator refuses as draining at the boundary.)
+    "drain-at-boundary-graceful": ("r0000059", "2960.000000"),
+    # wake 4: b001's daemon restarts at 4,230 s mid-run; the lost run frees it at that advert
+    # and a queued fold run starts there at once.
+    "wake-4-off": ("r0000096", "4230.000000"),
 }
 
 

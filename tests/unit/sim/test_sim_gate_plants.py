@@ -24,6 +24,7 @@ WATCHED: list[tuple[Any, str]] = [
     (match_mod, "_count_serving"), (match_mod, "narrowest"), (progress_mod, "progress"),
     (steps_flow, "decide_result"), (advert_flow, "advert"), (advert_flow, "advert_effects"),
     (sweep_flow, "sweep"), (AfterCommit, "wake_safely"),
+    (progress_mod, "drained_at_boundary"), (advert_flow, "drained_at_boundary"),
 ]  # fmt: skip
 
 FOLD_NEEDS = {"dut": {"board": True}, "host": {"host": True}}
