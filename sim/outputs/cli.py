@@ -42,6 +42,7 @@ from sim.inputs.scenarios import (
     explain,
     parse_set,
 )
+from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate's rule coverage
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
 from sim.studies.plan import plan
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
     ex.set_defaults(func=cli_export)
+    add_coverage_parsers(sub)
     return ap
 
 

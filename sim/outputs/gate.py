@@ -561,6 +561,9 @@ class _Job:
     database_url: str | None
 
 
+Job = _Job  # its public name: sim.outputs.coverage builds jobs too
+
+
 def check_case(job: _Job) -> Outcome:
     """Re-run one recorded case on the real Mediator and judge it (runs in a worker process when
     the check is parallel: everything in and out is picklable)."""

@@ -1,0 +1,78 @@
+"""The plants of the gate's rule coverage (issue 24, ``sim.outputs.coverage``) break a rule only
+while installed: every patched name is restored afterwards, so a worker that runs several plants
+one after another (or the gate after them) sees the product unchanged."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import mediator.core.match as match_mod
+import mediator.core.progress as progress_mod
+import mediator.flows.advert as advert_flow
+import mediator.flows.steps as steps_flow
+import mediator.flows.sweep as sweep_flow
+from mediator.core.match import Advert, Assignment, match
+from mediator.flows.after import AfterCommit
+from sim.outputs import coverage
+from sim.outputs.gate import BaselineError
+
+WATCHED: list[tuple[Any, str]] = [
+    (match_mod, "_count_serving"), (match_mod, "narrowest"), (progress_mod, "progress"),
+    (steps_flow, "decide_result"), (advert_flow, "advert"), (advert_flow, "advert_effects"),
+    (sweep_flow, "sweep"), (AfterCommit, "wake_safely"),
+    (progress_mod, "drained_at_boundary"), (advert_flow, "drained_at_boundary"),
+]  # fmt: skip
+
+FOLD_NEEDS = {"dut": {"board": True}, "host": {"host": True}}
+FOLD_FLEET = [Advert("a000", {"board": True}), Advert("b000", {"board": True, "host": True}),
+              Advert("b001", {"board": True, "host": True})]  # fmt: skip
+
+
+def state() -> list[Any]:
+    return [vars(t).get(n) for t, n in WATCHED] + ["min" in vars(match_mod)]
+
+
+@pytest.mark.parametrize("plant", [*coverage.PLANTS, coverage.NOTHING], ids=lambda p: p.id)
+def test_a_plant_is_undone_when_it_ends(plant: coverage.Plant) -> None:
+    before = state()
+    with plant.apply():
+        pass
+    assert state() == before
+
+
+def test_the_matcher_plants_change_the_rules_cases_choice_and_only_while_installed() -> None:
+    """§4 step 4 on the ``rules`` case's fleet: b000 serves both roles and is taken for both."""
+    folded = Assignment({"dut": "b000", "host": "b000"}, 1)
+    assert match(FOLD_NEEDS, FOLD_FLEET, set(), 2) == folded
+    with coverage.plant("match-ignores-folding").apply():
+        assert match(FOLD_NEEDS, FOLD_FLEET, set(), 2) == Assignment(
+            {"dut": "a000", "host": "b000"}, 2
+        )
+    with coverage.plant("match-last-candidate").apply():
+        assert match(FOLD_NEEDS, FOLD_FLEET, set(), 2) == Assignment(
+            {"dut": "b001", "host": "b001"}, 1
+        )
+    assert match(FOLD_NEEDS, FOLD_FLEET, set(), 2) == folded
+
+
+def test_plant_ids_are_unique_and_an_unknown_one_is_refused() -> None:
+    ids = [p.id for p in coverage.PLANTS]
+    assert len(ids) == len(set(ids)) and coverage.NOTHING.id not in ids
+    with pytest.raises(BaselineError, match="unknown plant 'nope'"):
+        coverage.plant("nope")
+
+
+def test_the_command_lists_the_plants() -> None:
+    out = subprocess.run([sys.executable, "-m", "sim", "coverage", "--baseline", "x", "--list"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for p in coverage.PLANTS:
+        assert p.id in out
+
+
+def test_the_documented_exceptions_are_plants() -> None:
+    """Wake 2 and wake 5 cannot happen in a simulation (docs/design.md §20): allowed by name."""
+    assert set(coverage.EXCEPTIONS) <= {p.id for p in coverage.PLANTS}
