@@ -84,7 +84,7 @@ def test_huge_numbers_are_a_400_naming_the_limit(lab: Lab, digits: int, where: s
     node = unique("n")
     requests = {
         "contract": ("POST", "/v1/runs", '{"run_id": "h", "roles": {"dut": {"kit": N}}, '
-                     '"steps": [{"name": "s", "role": "dut"}]}', "client"),
+                     '"steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}', "client"),
         "advert": ("POST", "/v1/nodes", '{"node_id": "NODE", "instance": "i", '
                    '"capabilities": {"cores": N}}'.replace("NODE", node), "node"),
         "result": ("POST", "/v1/runs/h/steps/0/result", '{"node_id": "x", "attempt": N, '

@@ -143,7 +143,9 @@ def test_errors_print_one_line_and_exit_1(cli, tmp_path):
     assert cli("status", "nope") == runctl.EXIT_UNKNOWN_RUN
     assert (cli.out, cli.err) == ("", "runctl: 404 unknown_run: No run with run_id 'nope'.\n")
     bad = tmp_path / "bad.json"
-    bad.write_text('{"roles": {}, "steps": [{"name": "x", "role": "dut"}]}')
+    bad.write_text(
+        '{"roles": {}, "steps": [{"name": "x", "role": "dut", "with": {"cmd": "true"}}]}'
+    )
     assert cli("submit", str(bad)) == 1
     assert cli.err.startswith("runctl: 400 ")
     assert "(field steps[0].role)" in cli.err

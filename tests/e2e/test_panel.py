@@ -201,11 +201,11 @@ def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
     lab.advert("X", label="bench X", board="x")
     assert lab.submit(chain("flash-1", "flash")) == 201
     diamond = {"run_id": "release", "roles": {"dut": {"board": "x"}}, "steps": [
-        {"name": "prep", "role": "dut"},
-        {"name": "build", "role": "dut", "after": ["prep"]},
-        {"name": "docs", "role": "dut", "after": ["prep"]},
+        {"name": "prep", "role": "dut", "with": {"cmd": "true"}},
+        {"name": "build", "role": "dut", "after": ["prep"], "with": {"cmd": "true"}},
+        {"name": "docs", "role": "dut", "after": ["prep"], "with": {"cmd": "true"}},
         {"name": "sign-off", "kind": "ask", "ask": "Ship it?", "after": ["build", "docs"]},
-        {"name": "ship", "role": "dut", "after": ["sign-off"]},
+        {"name": "ship", "role": "dut", "after": ["sign-off"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(diamond) == 202
     page.goto(lab.panel(board="http://127.0.0.1:9/"))
@@ -254,10 +254,10 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
         "dut": {"board": "x"}, "scope": {"scope": True}}, "steps": [
         {"name": "flash", "role": "dut", "with": {"cmd": "make flash"}},
         {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
-        {"name": "verify", "role": "dut", "after": ["probe"]},
-        {"name": "capture", "role": "scope", "after": ["probe"]},
-        {"name": "calibrate", "role": "scope"},
-        {"name": "report", "role": "dut", "after": ["verify", "capture"]},
+        {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}},
+        {"name": "capture", "role": "scope", "after": ["probe"], "with": {"cmd": "true"}},
+        {"name": "calibrate", "role": "scope", "with": {"cmd": "true"}},
+        {"name": "report", "role": "dut", "after": ["verify", "capture"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(contract) == 201
     lab.finish("X", "bringup-7", "flash")
@@ -285,7 +285,7 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
     lab.advert("Q", label="bench Q", board="q")
     refusal = {"run_id": "go-no-go", "roles": {"dut": {"board": "q"}}, "steps": [
         {"name": "go?", "kind": "ask", "ask": "Power on the rig?"},
-        {"name": "run", "role": "dut", "after": ["go?"]},
+        {"name": "run", "role": "dut", "after": ["go?"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(refusal) == 201
     page.goto(lab.panel("#/runs/go-no-go"))
@@ -342,9 +342,9 @@ def blocked_lab(lab: Lab) -> None:
     lab.advert("Y", label="bench Y", drain="graceful", board="y")
     lab.advert("Z", label="scope Z", scope=True)
     held = {"run_id": "bringup-7", "roles": {"dut": {"board": "x"}}, "steps": [
-        {"name": "flash", "role": "dut"},
+        {"name": "flash", "role": "dut", "with": {"cmd": "true"}},
         {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
-        {"name": "verify", "role": "dut", "after": ["probe"]},
+        {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(held) == 201
     lab.finish("X", "bringup-7", "flash")
