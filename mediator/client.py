@@ -256,6 +256,21 @@ class Client:
         """Cancel a run (route 8); cancelling a terminal run is a no-op that returns it."""
         return dict(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
 
+    def record(self, run_id: str) -> dict[str, Any]:
+        """A run's record manifest (route 9): ``seal.json`` once sealed, else the files so far."""
+        return dict(self._get(f"/v1/runs/{_segment(run_id)}/record"))
+
+    def record_text(self, run_id: str, name: str) -> str:
+        """One file of a run's record as text (route 10), e.g. ``steps/0000-flash.log``."""
+        path = f"/v1/runs/{_segment(run_id)}/record/" + "/".join(map(_segment, name.split("/")))
+        try:
+            resp = self._http.request("GET", path)
+        except httpx.TransportError as exc:
+            raise Unreachable(self.url, _reason(exc)) from None
+        if resp.status_code != 200:
+            raise _error(resp, _decode(resp))
+        return resp.content.decode("utf-8", "replace")
+
     def nodes(self) -> dict[str, Any]:
         """The live fleet (route 11): ``{observed_at, nodes}``."""
         return dict(self._get("/v1/nodes"))
