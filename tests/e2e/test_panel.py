@@ -196,6 +196,21 @@ def test_a_node_card_shows_its_lease_and_a_countdown_from_observed_at(lab, page)
     expect(countdown).to_have_class(re.compile(r"\bexpired\b"))
 
 
+def test_a_long_lease_id_stays_inside_its_node_card(lab, page):
+    """Issue 29 (panel): a run id of the full 64 characters, one unbreakable word, ran out of
+    its node card over the next one; it wraps inside the card."""
+    run_id = "r" * 64
+    lab.advert("X", board="x")
+    assert lab.submit(chain(run_id, "flash")) == 201
+    page.set_viewport_size(LAPTOP)
+    page.goto(lab.panel(refresh=3_600_000))
+    card = page.locator('[data-node="X"]')
+    expect(card.locator("[data-lease]")).to_have_text(run_id)
+    outer, link = card.bounding_box(), card.locator("[data-lease]").bounding_box()
+    assert outer is not None and link is not None
+    assert link["x"] + link["width"] <= outer["x"] + outer["width"] + 0.5, (outer, link)
+
+
 def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
     """panel.md: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
     lab.advert("X", label="bench X", board="x")
