@@ -211,6 +211,16 @@ def test_a_long_lease_id_stays_inside_its_node_card(lab, page):
     assert link["x"] + link["width"] <= outer["x"] + outer["width"] + 0.5, (outer, link)
 
 
+def test_the_tickets_board_link_shows_only_when_a_board_is_configured(lab, page):
+    """Issue 29 (panel): the link pointed at port 8650, where nothing listens by default."""
+    page.goto(lab.panel())
+    expect(page.locator("[data-count]").first).to_be_visible()
+    expect(page.locator("#tickets-link")).to_be_hidden()
+    page.goto(lab.panel(board="http://127.0.0.1:9/"))
+    expect(page.locator("#tickets-link")).to_be_visible()
+    expect(page.locator("#tickets-link")).to_have_attribute("href", "http://127.0.0.1:9/")
+
+
 def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
     """panel.md: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
     lab.advert("X", label="bench X", board="x")
