@@ -50,7 +50,7 @@ def main() -> None:
                 med.advert(f"n{i}", {"board": "x"}, "i1")
             for i in range(60):  # 10 RUNNING, 50 QUEUED
                 med.submit({"run_id": f"live{i}", "roles": {"dut": {"board": "x"}},
-                            "steps": [{"name": "s", "role": "dut"}]})  # fmt: skip
+                            "steps": [{"name": "s", "role": "dut", "uses": "fail"}]})  # fmt: skip
             con = pg8000.native.Connection(
                 "postgres",
                 unix_sock=os.path.join(pg.socket_dir, f".s.PGSQL.{pg.port}"),

@@ -108,7 +108,7 @@ def main() -> None:
         med.advert("n1", {"board": "x"}, "i1")
         for i in range(args.runs):
             med.submit({"roles": {"dut": {"board": "x"}},
-                        "steps": [{"name": f"s{i}", "role": "dut"}]})  # fmt: skip
+                        "steps": [{"name": f"s{i}", "role": "dut", "uses": "fail"}]})  # fmt: skip
         med.close()
         proc, url = start_server(pg.dsn(), work, args.streams, args.keepalive)
         try:

@@ -57,7 +57,7 @@ def submit_phase(url: str, clients: int, per_client: int) -> list[float]:
 
     def client(k: int) -> None:
         contract = {"roles": {"dut": {"pool": "bench", "lane": k}},
-                    "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                    "steps": [{"name": "s", "role": "dut", "uses": "fail"}]}  # fmt: skip
         mine = []
         with httpx.Client(base_url=url, timeout=30) as http:
             http.get("/healthz")

@@ -72,7 +72,7 @@ def submit_round(url: str, per_client: int, clients: int = 4) -> tuple[float, in
         # Each client has its own lane of nodes: concurrent submits that all picked the same
         # first free node would lose the lease race and be queued (R2), which is not this path.
         contract = {"roles": {"dut": {"pool": "bench", "lane": k}},
-                    "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                    "steps": [{"name": "s", "role": "dut", "uses": "fail"}]}  # fmt: skip
         with httpx.Client(base_url=url, timeout=30) as http:
             http.get("/healthz")
             barrier.wait()

@@ -20,6 +20,7 @@ import json as _json
 import math
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -95,16 +96,25 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\
 _UNSAFE_IN_JSON = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
-def _escaped(m: re.Match[str]) -> str:
-    code = ord(m.group())
+def _escape_char(c: str) -> str:
+    code = ord(c)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def printable(text: str) -> str:
-    """``text`` safe for a terminal: each control or reordering character shown as its escape
-    (``\\x1b``, ``\\u202e``), everything else as it is. For one line of output; a newline
-    inside a value is escaped too, so a value cannot forge a line."""
-    return _UNSAFE.sub(_escaped, text)
+def _unsafe(c: str) -> bool:
+    # the list above, and every other format or separator character Unicode names (zero-width
+    # joiners, soft hyphens, tag characters): none belongs on a terminal unescaped
+    return _UNSAFE.match(c) is not None or unicodedata.category(c) in ("Cf", "Zl", "Zp")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` safe for a terminal: each control or reordering character but those in ``keep``
+    shown as its escape (``\\x1b``, ``\\u202e``), everything else as it is. Without ``keep``
+    it is for one line of output: a newline inside a value is escaped too, so a value cannot
+    forge a line; a step's log is shown with ``keep="\\n\\t"``."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c if c in keep or not _unsafe(c) else _escape_char(c) for c in text)
 
 
 def printable_json(text: str) -> str:
@@ -395,6 +405,23 @@ class Client:
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run (route 8); cancelling a terminal run is a no-op that returns it."""
         return self._run(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))
+
+    def record(self, run_id: str) -> dict[str, Any]:
+        """A run's record manifest (route 9): ``seal.json`` once sealed, else the files so far."""
+        return dict(self._get(f"/v1/runs/{_segment(run_id)}/record"))
+
+    def record_text(self, run_id: str, name: str) -> str:
+        """One file of a run's record as text (route 10), e.g. ``steps/0000-flash.log``."""
+        path = f"/v1/runs/{_segment(run_id)}/record/" + "/".join(map(_segment, name.split("/")))
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self._http.stream("GET", path) as resp:
+                content = self._read(resp, deadline)  # bounded like every answer
+        except httpx.TransportError as exc:
+            raise Unreachable(self.url, _reason(exc)) from None
+        if resp.status_code != 200:
+            raise _error(resp, content, self._decode(content, False))
+        return content.decode("utf-8", "replace")
 
     def nodes(self) -> dict[str, Any]:
         """The live fleet (route 11): ``{observed_at, nodes}``, every page followed

@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("status", "show one run")
     p.add_argument("run_id", metavar="RUN_ID", help="the run's id")
 
+    p = command("logs", "print a step's log (every step's, each under a header, without STEP)")
+    p.add_argument("run_id", metavar="RUN_ID", help="the run's id")
+    p.add_argument("step", metavar="STEP", nargs="?", help="a step's name or seq (default: all)")
+
     p = command("list", "list runs, newest first, with queue position and reason")
     p.add_argument(
         "--state",
@@ -362,7 +366,63 @@ class Command:
         if self.as_json:
             self.dump(run)
         else:
-            self.say(*run_lines(run))
+            self.say(*run_lines(run, self.reasons(run)))
+        return EXIT_OK
+
+    def step_logs(self, run: dict[str, Any]) -> dict[int, str]:
+        """``{seq: record file}`` of the run's step logs; empty until the record has them (the
+        logs are written when the run ends, docs/design.md §7.7)."""
+        try:
+            manifest = self.client.record(str(run.get("run_id", "")))
+        except ApiError as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        names = manifest.get("sha256") if manifest.get("sealed") else manifest.get("files")
+        found: dict[int, str] = {}
+        for name in names or ():
+            head, _, rest = str(name).removeprefix("steps/").partition("-")
+            if str(name).startswith("steps/") and rest.endswith(".log") and head.isdigit():
+                found[int(head)] = str(name)
+        return found
+
+    def reasons(self, run: dict[str, Any]) -> dict[int, str]:
+        """Why each FAILED or SKIPPED step ended so (issue 29): a failure's last log lines."""
+        steps = run.get("steps") or []
+        ended = [s for s in steps if s.get("state") in ("FAILED", "SKIPPED")]
+        if not ended:
+            return {}
+        logs = self.step_logs(run) if any(s.get("state") == "FAILED" for s in ended) else {}
+        out: dict[int, str] = {}
+        for s in ended:
+            seq = int(s.get("seq", -1))
+            if s.get("state") == "SKIPPED":
+                out[seq] = "skipped: a step it waits for did not pass"
+                continue
+            text = self.client.record_text(str(run["run_id"]), logs[seq]) if seq in logs else ""
+            tail = [line for line in text.split("\n") if line.strip()][-REASON_LINES:]
+            out[seq] = " | ".join(printable(line) for line in tail) or "no log yet (runctl logs)"
+        return out
+
+    def cmd_logs(self, args: argparse.Namespace) -> int:
+        run = self.get_run(args.run_id)
+        steps = run.get("steps") or []
+        if args.step is not None:
+            steps = [s for s in steps if args.step in (s.get("name"), str(s.get("seq")))]
+            if not steps:
+                raise ApiError(404, "unknown_step", f"Run has no step {printable(args.step)}.")
+        logs = self.step_logs(run)
+        for s in steps:
+            seq = int(s.get("seq", -1))
+            if args.step is None:
+                self.say(f"==> {seq} {printable(str(s.get('name', '')))} {s.get('state', '')} <==")
+            if seq in logs:
+                text = self.client.record_text(str(run["run_id"]), logs[seq])
+                self.out.write(printable(text, keep="\n\t"))
+                if text and not text.endswith("\n"):
+                    self.say("")
+            else:
+                self.say("(no log yet: the logs enter the run's record when the run ends)")
         return EXIT_OK
 
     def cmd_list(self, args: argparse.Namespace) -> int:
@@ -516,8 +576,14 @@ def submit_lines(reply: Reply) -> list[str]:
     return lines
 
 
-def run_lines(run: dict[str, Any]) -> list[str]:
-    """What ``status`` prints; the first line is the state alone (``QUEUED``, ``RUNNING``…)."""
+REASON_LINES = 3  # a FAILED step's last log lines that ``status`` shows
+
+
+def run_lines(run: dict[str, Any], reasons: dict[int, str] | None = None) -> list[str]:
+    """What ``status`` prints; the first line is the state alone (``QUEUED``, ``RUNNING``…).
+
+    ``reasons`` (``{seq: text}``) are printed under the steps table, one line per FAILED or
+    SKIPPED step, so the cause is on screen, not in a file (issue 29)."""
     lines = [str(run.get("state", "")), f"run       {run.get('run_id', '')}"]
     if run.get("verdict"):
         lines.append(f"verdict   {run['verdict']}")
@@ -553,6 +619,9 @@ def run_lines(run: dict[str, Any]) -> list[str]:
                 ],
             )
         ]
+        names = {int(s.get("seq", -1)): str(s.get("name", "")) for s in steps}
+        for seq, why in sorted((reasons or {}).items()):
+            lines.append(f"  why {seq} {printable(names.get(seq, ''))}: {why}")
     return lines
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ _EXEC: Final = "exec"
 _ASK: Final = "ask"
 _DEFAULT_USES: Final = "shell"
 _STEP_KEYS: Final = ("name", "kind", "role", "uses", "with", "after", "ask")
+# The enode's built-in actions and the ``with`` keys each takes (mediator/enode/actions.py). A
+# plugin can never take a built-in's name, so these are known to the Mediator exactly and are
+# checked at submit (docs/design.md §4, §19); any other ``uses`` is a plugin the Mediator cannot
+# check here.
+BUILTIN_ACTIONS: Final = {"shell": ("cmd", "timeout"), "sleep": ("seconds",), "fail": ("message",)}
 _SHOWN: Final = 40  # characters of a bad value an error message repeats
 
 
@@ -378,6 +384,7 @@ def _parse_exec(seq: int, name: str, item: Mapping[str, Any], roles: Mapping[str
         raise ContractError(
             f"{at}.with must be an object of the action's arguments.", field=f"{at}.with"
         )
+    _check_action(at, uses, with_)
     return StepSpec(
         seq=seq,
         name=name,
@@ -388,6 +395,88 @@ def _parse_exec(seq: int, name: str, item: Mapping[str, Any], roles: Mapping[str
         after=_parse_after(at, item),
         ask="",
     )
+
+
+def _near_builtin(uses: str) -> str | None:
+    """The built-in ``uses`` is one edit (or a change of case) away from, if it is not one.
+
+    ``"shel"``, ``"Shell"`` or ``"slepe"`` would otherwise be taken for a plugin, accepted, and
+    fail on the node long after the caller left (issue 29). Plugin names that close to a
+    built-in's are refused for the same reason (docs/design.md §19).
+    """
+    if uses in BUILTIN_ACTIONS:
+        return None
+    for name in BUILTIN_ACTIONS:
+        if uses.lower() == name or _one_edit(uses.lower(), name):
+            return name
+    return None
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` becomes ``b`` by one insertion, deletion, substitution or neighbour swap."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
+
+
+def _check_action(at: str, uses: str, with_: Mapping[str, Any]) -> None:
+    """A built-in's ``with`` is checked here as the node would (docs/design.md §4): a step the
+    node would fail at once for a missing or wrong argument is a 400 at submit, naming the field."""
+    near = _near_builtin(uses)
+    if near is not None:
+        raise ContractError(
+            f'{at}.uses {_show(uses)} is not an action; did you mean "{near}"?',
+            field=f"{at}.uses",
+            code="unknown_action",
+        )
+    known = BUILTIN_ACTIONS.get(uses)
+    if known is None:
+        return
+    _check_keys(with_, known, f"{at}.with", f"an argument of the {uses} action")
+    if uses == "shell":
+        cmd = with_.get("cmd")
+        good = (isinstance(cmd, str) and cmd.strip()) or (
+            isinstance(cmd, list | tuple) and cmd and all(isinstance(c, str) for c in cmd)
+        )
+        if not good:
+            what = "has no" if cmd is None else "has a bad"
+            raise ContractError(
+                f"{at}.with.cmd: the shell action {what} command; give a string for /bin/sh -c "
+                f'or a list of strings (argv), e.g. "with": {{"cmd": "make test"}}.',
+                field=f"{at}.with.cmd",
+            )
+        _check_seconds(at, with_, "timeout", required=False)
+    elif uses == "sleep":
+        _check_seconds(at, with_, "seconds", required=True)
+    elif uses == "fail":
+        message = with_.get("message")
+        if message is not None and not isinstance(message, str):
+            raise ContractError(f"{at}.with.message must be a string.", field=f"{at}.with.message")
+
+
+def _check_seconds(at: str, with_: Mapping[str, Any], key: str, *, required: bool) -> None:
+    value = with_.get(key)
+    if value is None and not required:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ContractError(
+            f"{at}.with.{key} must be a number of seconds >= 0, not {_show(value)}.",
+            field=f"{at}.with.{key}",
+        )
 
 
 def _parse_ask(seq: int, name: str, item: Mapping[str, Any]) -> StepSpec:

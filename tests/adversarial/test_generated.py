@@ -96,7 +96,8 @@ def test_generated_deep_bodies(lab: Lab, depth: int, opener: str, where: str):
        | st.integers(max_value=-(10**limits.MAX_NUMBER_CHARS), min_value=-(10**4000)))  # fmt: skip
 def test_generated_huge_numbers(lab: Lab, number: int):
     before = lab.counts()
-    body = '{"roles": {"d": {"n": NUMBER}}, "steps": [{"name": "s", "role": "d"}]}'
+    step = '{"name": "s", "role": "d", "with": {"cmd": "true"}}'
+    body = '{"roles": {"d": {"n": NUMBER}}, "steps": [STEP]}'.replace("STEP", step)
     body = body.replace("NUMBER", str(number))
     r = lab.http.send("POST", "/v1/runs", body)
     judge("generated", r, refused=True)

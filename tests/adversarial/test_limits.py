@@ -38,6 +38,7 @@ def test_a_with_nested_600_deep_is_refused_and_the_node_still_gets_work(lab: Lab
     advertise(lab, node)
     before = lab.counts()
     doc = contract(unique("r"), node)
+    doc["steps"][0]["uses"] = "blob"  # a plugin: only a built-in's `with` is checked
     doc["steps"][0]["with"] = nested(600)
     r = lab.http.attack("limits", "POST", "/v1/runs", doc)
     assert r.status == 400 and "deep" in r.error["message"], r.error
@@ -63,6 +64,7 @@ def test_a_with_one_level_past_the_limit_is_refused_naming_it(lab: Lab):
     node = unique("n")
     advertise(lab, node)
     doc = contract(unique("r"), node)
+    doc["steps"][0]["uses"] = "blob"  # a plugin: only a built-in's `with` is checked
     doc["steps"][0]["with"] = nested(limits.MAX_DEPTH + 1)  # the with object itself is level 1
     r = lab.http.attack("limits", "POST", "/v1/runs", doc)
     assert r.status == 400 and r.error["field"].startswith("steps[0].with"), r.error
@@ -84,7 +86,7 @@ def test_huge_numbers_are_a_400_naming_the_limit(lab: Lab, digits: int, where: s
     node = unique("n")
     requests = {
         "contract": ("POST", "/v1/runs", '{"run_id": "h", "roles": {"dut": {"kit": N}}, '
-                     '"steps": [{"name": "s", "role": "dut"}]}', "client"),
+                     '"steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}', "client"),
         "advert": ("POST", "/v1/nodes", '{"node_id": "NODE", "instance": "i", '
                    '"capabilities": {"cores": N}}'.replace("NODE", node), "node"),
         "result": ("POST", "/v1/runs/h/steps/0/result", '{"node_id": "x", "attempt": N, '

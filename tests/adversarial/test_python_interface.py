@@ -22,7 +22,7 @@ def contract(run_id: str, **step: object) -> dict[str, object]:
     return {
         "run_id": run_id,
         "roles": {"dut": {"kit": "k"}},
-        "steps": [{"name": "flash", "role": "dut", **step}],
+        "steps": [{"name": "flash", "role": "dut", "with": {"cmd": "true"}, **step}],
     }
 
 

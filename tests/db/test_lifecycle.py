@@ -33,7 +33,14 @@ def chain(run_id, *names, role="dut", needs=None):
     """A run whose steps run one after another on one role."""
     steps, prev = [], None
     for n in names:
-        steps.append({"name": n, "role": role, **({"after": [prev]} if prev else {})})
+        steps.append(
+            {
+                "name": n,
+                "role": role,
+                "with": {"cmd": "true"},
+                **({"after": [prev]} if prev else {}),
+            }
+        )
         prev = n
     return {"run_id": run_id, "roles": {role: needs or {"board": "x"}}, "steps": steps}
 
@@ -103,7 +110,9 @@ def test_result_refusals_stale_attempt_stale_instance_other_node(med):
 def test_a_failed_step_skips_every_step_that_depends_on_it(med):
     advert(med, "X")
     doc = chain("a", "build", "flash", "test")
-    doc["steps"].append({"name": "lint", "role": "dut"})  # independent: still runs
+    doc["steps"].append(
+        {"name": "lint", "role": "dut", "with": {"cmd": "true"}}
+    )  # independent: still runs
     med.submit(doc)
     s = claim_next(med, "X")
     assert med.report("a", s.seq, "X", s.attempt, "fail", log="boom").settled == ""
@@ -399,7 +408,7 @@ def test_a_negative_answer_fails_the_step_and_settles(med):
     advert(med, "X")
     doc = {"run_id": "a", "roles": {"dut": {"board": "x"}}, "steps": [
         {"name": "ok?", "kind": "ask", "ask": "Go?"},
-        {"name": "run", "role": "dut", "after": ["ok?"]},
+        {"name": "run", "role": "dut", "after": ["ok?"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     med.submit(doc)
     [ask] = med.asks()
@@ -497,7 +506,7 @@ def test_an_answer_wakes_the_queue(med, wakes):
     advert(med, "X")
     doc = {"run_id": "a", "roles": {"dut": {"board": "x"}}, "steps": [
         {"name": "go?", "kind": "ask", "ask": "Power on the bench?"},
-        {"name": "run", "role": "dut", "after": ["go?"]},
+        {"name": "run", "role": "dut", "after": ["go?"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     med.submit(doc)
     med.submit(chain("b", "one"))
@@ -520,8 +529,10 @@ def test_at_boundary_drain_of_a_node_the_run_no_longer_needs_releases_it_either_
     advert(med, "A", board="a")
     advert(med, "B", board="b")
     med.submit({"run_id": "r", "roles": {"ra": {"board": "a"}, "rb": {"board": "b"}},
-                "steps": [{"name": "a1", "role": "ra"}, {"name": "b1", "role": "rb"},
-                          {"name": "b2", "role": "rb", "after": ["b1"]}]})  # fmt: skip
+                "steps": [{"name": "a1", "role": "ra", "with": {"cmd": "true"}},
+                          {"name": "b1", "role": "rb", "with": {"cmd": "true"}},
+                          {"name": "b2", "role": "rb", "after": ["b1"],
+                           "with": {"cmd": "true"}}]})  # fmt: skip
     a1 = claim_next(med, "A")
     b1 = claim_next(med, "B")
     if order == "drain advert first":

@@ -23,3 +23,11 @@ def test_an_advert_with_a_bad_node_id_is_400_invalid_node_id(client, bad):
     r = client.post("/v1/nodes", json=body)
     assert r.status_code == 400
     assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("invalid_node_id", "node_id")
+
+
+@pytest.mark.parametrize("bad", [".hidden", "x" * 65, "a%20b"])
+def test_work_for_a_bad_node_id_is_400_invalid_node_id_like_the_advert(client, bad):
+    """It answered ``invalid_request``: the same bad name got two codes from two routes."""
+    r = client.get(f"/v1/nodes/{bad}/work")
+    assert r.status_code == 400
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("invalid_node_id", "node_id")

@@ -159,9 +159,9 @@ def test_a_promotion_raises_the_asks_a_submit_raises_for_the_same_contract(med, 
         if is_ask:
             steps.append({"name": f"s{i}", "kind": "ask", "ask": f"q{i}?", "after": after})
         else:
-            steps.append({"name": f"s{i}", "role": "dut", "uses": "shell", "after": after})
+            steps.append({"name": f"s{i}", "role": "dut", "uses": "fail", "after": after})
     if not any(s.get("kind") != "ask" for s in steps):
-        steps.append({"name": "run", "role": "dut", "uses": "shell"})
+        steps.append({"name": "run", "role": "dut", "uses": "fail"})
     board = f"b-{tag}"
     advert(med, f"N-{tag}", board=board)
 

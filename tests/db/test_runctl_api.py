@@ -143,7 +143,9 @@ def test_errors_print_one_line_and_exit_1(cli, tmp_path):
     assert cli("status", "nope") == runctl.EXIT_UNKNOWN_RUN
     assert (cli.out, cli.err) == ("", "runctl: 404 unknown_run: No run with run_id 'nope'.\n")
     bad = tmp_path / "bad.json"
-    bad.write_text('{"roles": {}, "steps": [{"name": "x", "role": "dut"}]}')
+    bad.write_text(
+        '{"roles": {}, "steps": [{"name": "x", "role": "dut", "with": {"cmd": "true"}}]}'
+    )
     assert cli("submit", str(bad)) == 1
     assert cli.err.startswith("runctl: 400 ")
     assert "(field steps[0].role)" in cli.err
@@ -405,3 +407,38 @@ def test_a_closed_pipe_ends_every_command_quietly(url, nodes, tmp_path, argv):
     assert done.stderr == ""
     # 128 + SIGPIPE, as `yes | head` ends; --help is argparse's, which drops the text and exits 0
     assert done.returncode == (0 if argv == ["--help"] else 141)
+
+
+def test_status_says_why_a_step_failed_and_logs_prints_the_logs_escaped(cli, nodes, tmp_path):
+    """Issue 29: `status` showed only FAILED, the reason sat in the record's log file, and there
+    was no `runctl logs`. A failing step's last log lines are under the steps table, a skipped
+    step says why, and `logs` prints every log under a header (or one step's), with the
+    control characters a hostile log could carry (ESC, CR) escaped."""
+    node = nodes("a", board="x")
+    steps = [
+        {"name": "ok", "role": "dut", "with": {"cmd": "echo fine"}},
+        {"name": "x", "role": "dut", "uses": "fail", "with": {"message": "bad\x1b[2Jboard\r"},
+         "after": ["ok"]},
+        {"name": "later", "role": "dut", "with": {"cmd": "true"}, "after": ["x"]},
+    ]  # fmt: skip
+    path = tmp_path / "f.json"
+    path.write_text(
+        json.dumps({"run_id": "run-l", "roles": {"dut": {"board": "x"}}, "steps": steps})
+    )
+    assert cli("submit", str(path), "--wait", sleep=lambda s: node.tick()) == 1
+    assert cli("status", "run-l") == 0
+    assert cli.lines[-2:] == [
+        "  why 1 x: bad\\x1b[2Jboard\\x0d",
+        "  why 2 later: skipped: a step it waits for did not pass",
+    ]
+    assert cli("logs", "run-l") == 0
+    assert cli.lines == [
+        "==> 0 ok PASSED <==",
+        "fine",
+        "==> 1 x FAILED <==",
+        "bad\\x1b[2Jboard\\x0d",
+        "==> 2 later SKIPPED <==",  # its log is empty: it never ran
+    ]
+    assert cli("logs", "run-l", "x") == 0
+    assert cli.out == "bad\\x1b[2Jboard\\x0d\n"
+    assert cli("logs", "run-l", "nope") == 1

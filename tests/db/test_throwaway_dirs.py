@@ -98,7 +98,9 @@ def test_a_notebook_kernel_shut_down_leaves_no_cluster_in_dev_shm():
     km, kc = start_new_kernel(kernel_name="python3")
     try:
         reply = kc.execute_interactive(
-            "from sim.outputs.notebooks import server\nprint(server(None))", timeout=120, output_hook=None
+            "from sim.outputs.notebooks import server\nprint(server(None))",
+            timeout=120,
+            output_hook=None,
         )
         assert reply["content"]["status"] == "ok"
         cluster = _kernel_clusters(km)

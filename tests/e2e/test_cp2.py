@@ -163,7 +163,7 @@ def finish(http: httpx.Client, run_id: str, node_id: str = "X") -> None:
 
 def simple(run_id: str, board: str = "x") -> dict:
     return {"run_id": run_id, "roles": {"dut": {"board": board}},
-            "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+            "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
 
 
 def test_seed_000_http_list_against_a_real_server(server):

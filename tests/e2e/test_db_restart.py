@@ -39,7 +39,7 @@ def test_requests_fail_cleanly_while_the_database_is_down_and_the_service_recove
             body = {"node_id": "X", "capabilities": {"board": "x"}, "instance": "i1"}
             assert http.post("/v1/nodes", json=body).status_code == 200
             run = {"run_id": "before", "roles": {"dut": {"board": "x"}},
-                   "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                   "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
             assert http.post("/v1/runs", json=run).status_code == 201
 
             pg._pg.terminate()  # the database goes away under the running service
@@ -83,7 +83,7 @@ def test_a_database_outage_longer_than_the_advert_ttl_does_not_count_against_the
                 body = {"node_id": node, "capabilities": {"board": board}, "instance": "i1"}
                 assert http.post("/v1/nodes", json=body).status_code == 200
             held = {"run_id": "held", "roles": {"dut": {"board": "y"}},
-                    "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                    "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
             assert http.post("/v1/runs", json=held).status_code == 201
 
             pg._pg.terminate(signal.SIGQUIT)  # immediate shutdown, as pg_ctl stop -m immediate
@@ -105,7 +105,7 @@ def test_a_database_outage_longer_than_the_advert_ttl_does_not_count_against_the
             [y] = [n for n in fleet["nodes"] if n["node_id"] == "Y"]
             assert y["lease"]["run_id"] == "held"
             after = {"run_id": "after", "roles": {"dut": {"board": "x"}},
-                     "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                     "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
             sub = http.post("/v1/runs", json=after)
             assert (sub.status_code, sub.json()["assigned"]) == (201, {"dut": "X"}), sub.text
             assert http.get("/v1/runs/held").json()["state"] == "RUNNING"  # not reaped

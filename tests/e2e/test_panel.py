@@ -196,16 +196,41 @@ def test_a_node_card_shows_its_lease_and_a_countdown_from_observed_at(lab, page)
     expect(countdown).to_have_class(re.compile(r"\bexpired\b"))
 
 
+def test_a_long_lease_id_stays_inside_its_node_card(lab, page):
+    """Issue 29 (panel): a run id of the full 64 characters, one unbreakable word, ran out of
+    its node card over the next one; it wraps inside the card."""
+    run_id = "r" * 64
+    lab.advert("X", board="x")
+    assert lab.submit(chain(run_id, "flash")) == 201
+    page.set_viewport_size(LAPTOP)
+    page.goto(lab.panel(refresh=3_600_000))
+    card = page.locator('[data-node="X"]')
+    expect(card.locator("[data-lease]")).to_have_text(run_id)
+    outer, link = card.bounding_box(), card.locator("[data-lease]").bounding_box()
+    assert outer is not None and link is not None
+    assert link["x"] + link["width"] <= outer["x"] + outer["width"] + 0.5, (outer, link)
+
+
+def test_the_tickets_board_link_shows_only_when_a_board_is_configured(lab, page):
+    """Issue 29 (panel): the link pointed at port 8650, where nothing listens by default."""
+    page.goto(lab.panel())
+    expect(page.locator("[data-count]").first).to_be_visible()
+    expect(page.locator("#tickets-link")).to_be_hidden()
+    page.goto(lab.panel(board="http://127.0.0.1:9/"))
+    expect(page.locator("#tickets-link")).to_be_visible()
+    expect(page.locator("#tickets-link")).to_have_attribute("href", "http://127.0.0.1:9/")
+
+
 def test_s2_draws_a_queued_runs_graph_and_fills_it_in_once_running(lab, page):
     """panel.md: steps exist from submit (R5), so S2 draws the graph while the run is QUEUED."""
     lab.advert("X", label="bench X", board="x")
     assert lab.submit(chain("flash-1", "flash")) == 201
     diamond = {"run_id": "release", "roles": {"dut": {"board": "x"}}, "steps": [
-        {"name": "prep", "role": "dut"},
-        {"name": "build", "role": "dut", "after": ["prep"]},
-        {"name": "docs", "role": "dut", "after": ["prep"]},
+        {"name": "prep", "role": "dut", "with": {"cmd": "true"}},
+        {"name": "build", "role": "dut", "after": ["prep"], "with": {"cmd": "true"}},
+        {"name": "docs", "role": "dut", "after": ["prep"], "with": {"cmd": "true"}},
         {"name": "sign-off", "kind": "ask", "ask": "Ship it?", "after": ["build", "docs"]},
-        {"name": "ship", "role": "dut", "after": ["sign-off"]},
+        {"name": "ship", "role": "dut", "after": ["sign-off"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(diamond) == 202
     page.goto(lab.panel(board="http://127.0.0.1:9/"))
@@ -254,10 +279,10 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
         "dut": {"board": "x"}, "scope": {"scope": True}}, "steps": [
         {"name": "flash", "role": "dut", "with": {"cmd": "make flash"}},
         {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
-        {"name": "verify", "role": "dut", "after": ["probe"]},
-        {"name": "capture", "role": "scope", "after": ["probe"]},
-        {"name": "calibrate", "role": "scope"},
-        {"name": "report", "role": "dut", "after": ["verify", "capture"]},
+        {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}},
+        {"name": "capture", "role": "scope", "after": ["probe"], "with": {"cmd": "true"}},
+        {"name": "calibrate", "role": "scope", "with": {"cmd": "true"}},
+        {"name": "report", "role": "dut", "after": ["verify", "capture"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(contract) == 201
     lab.finish("X", "bringup-7", "flash")
@@ -285,7 +310,7 @@ def test_answering_an_ask_in_s2_moves_the_run_on(lab, page):
     lab.advert("Q", label="bench Q", board="q")
     refusal = {"run_id": "go-no-go", "roles": {"dut": {"board": "q"}}, "steps": [
         {"name": "go?", "kind": "ask", "ask": "Power on the rig?"},
-        {"name": "run", "role": "dut", "after": ["go?"]},
+        {"name": "run", "role": "dut", "after": ["go?"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(refusal) == 201
     page.goto(lab.panel("#/runs/go-no-go"))
@@ -343,9 +368,9 @@ def blocked_lab(lab: Lab) -> None:
     lab.advert("Y", label="bench Y", drain="graceful", board="y")
     lab.advert("Z", label="scope Z", scope=True)
     held = {"run_id": "bringup-7", "roles": {"dut": {"board": "x"}}, "steps": [
-        {"name": "flash", "role": "dut"},
+        {"name": "flash", "role": "dut", "with": {"cmd": "true"}},
         {"name": "probe", "kind": "ask", "ask": "Is the probe clipped to TP3?", "after": ["flash"]},
-        {"name": "verify", "role": "dut", "after": ["probe"]},
+        {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}},
     ]}  # fmt: skip
     assert lab.submit(held) == 201
     lab.finish("X", "bringup-7", "flash")

@@ -93,7 +93,7 @@ def submit_loop(fleet: Fleet, k: int, stop: threading.Event, accepted: dict[str,
             run_id = f"s{k}-{i:04d}"
             needs = rng.choice(CLASSES)
             doc = {"run_id": run_id, "roles": {"dut": needs},
-                   "steps": [{"name": "t", "role": "dut", "uses": "sleep"}]}  # fmt: skip
+                   "steps": [{"name": "t", "role": "dut", "uses": "fail"}]}  # fmt: skip
             r = fleet.post(http, "/v1/runs", doc)
             if r is not None and r.status_code in (200, 201, 202, 422):
                 accepted[run_id] = r.status_code

@@ -134,7 +134,8 @@ def test_every_acknowledged_run_survives_kill_9_of_the_database_and_the_server(h
                 assert http.post("/v1/nodes", json=body).status_code == 200
             for i in range(runs):
                 run = {"run_id": f"r{i:03d}", "roles": {"dut": {"board": "x"}},
-                       "steps": [{"name": "s", "role": "dut"}]}  # fmt: skip
+                       "steps": [{"name": "s", "role": "dut",
+                                  "with": {"cmd": "true"}}]}  # fmt: skip
                 r = http.post("/v1/runs", json=run)
                 assert r.status_code in (201, 202), r.text
                 acknowledged[run["run_id"]] = r.json()["state"]

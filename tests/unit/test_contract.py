@@ -81,10 +81,17 @@ def test_example_contract_of_section_5_parses_to_roles_and_steps() -> None:
 
 
 def test_defaults_kind_exec_uses_shell_with_empty_after_empty() -> None:
-    parsed = contract.parse({"roles": {"r": {}}, "steps": [{"name": "s", "role": "r"}]})
+    parsed = contract.parse(
+        {"roles": {"r": {}}, "steps": [{"name": "s", "role": "r", "with": {"cmd": "true"}}]}
+    )
     assert parsed.run_id is None
     assert parsed.work_id == ""
-    assert parsed.steps == (StepSpec(0, "s", "exec", "r", "shell", {}, (), ""),)
+    assert parsed.steps == (StepSpec(0, "s", "exec", "r", "shell", {"cmd": "true"}, (), ""),)
+    # A plugin's `with` defaults to {}: only the built-ins' arguments are known at submit.
+    plugin = contract.parse(
+        {"roles": {"r": {}}, "steps": [{"name": "s", "role": "r", "uses": "x"}]}
+    )
+    assert plugin.steps == (StepSpec(0, "s", "exec", "r", "x", {}, (), ""),)
 
 
 def test_null_run_id_and_work_id_count_as_absent() -> None:
@@ -129,7 +136,7 @@ def test_needs_of_returns_fresh_copies_of_the_needs_by_role() -> None:
 def test_maximum_sized_contract_is_accepted() -> None:
     """R5: exactly MAX_STEPS steps in one chain is fine (and deeper than Python's recursion)."""
     steps = [
-        {"name": f"s{i}", "role": "r", "after": [f"s{i - 1}"] if i else []}
+        {"name": f"s{i}", "role": "r", "after": [f"s{i - 1}"] if i else [], "with": {"cmd": "true"}}
         for i in range(MAX_STEPS)
     ]
     parsed = contract.parse({"roles": {"r": {}}, "steps": steps})
@@ -255,9 +262,9 @@ def test_cycle_reports_the_step_whose_after_closes_it() -> None:
     doc = {
         "roles": {"r": {}},
         "steps": [
-            {"name": "a", "role": "r", "after": ["b"]},
-            {"name": "b", "role": "r", "after": ["c"]},
-            {"name": "c", "role": "r", "after": ["a"]},
+            {"name": "a", "role": "r", "after": ["b"], "with": {"cmd": "true"}},
+            {"name": "b", "role": "r", "after": ["c"], "with": {"cmd": "true"}},
+            {"name": "c", "role": "r", "after": ["a"], "with": {"cmd": "true"}},
         ],
     }
     err = error_of(doc)
@@ -269,10 +276,10 @@ def test_cycle_downstream_of_an_acyclic_prefix() -> None:
     doc = {
         "roles": {"r": {}},
         "steps": [
-            {"name": "start", "role": "r"},
-            {"name": "x", "role": "r", "after": ["start", "y"]},
-            {"name": "y", "role": "r", "after": ["x"]},
-            {"name": "z", "role": "r", "after": ["start"]},
+            {"name": "start", "role": "r", "with": {"cmd": "true"}},
+            {"name": "x", "role": "r", "after": ["start", "y"], "with": {"cmd": "true"}},
+            {"name": "y", "role": "r", "after": ["x"], "with": {"cmd": "true"}},
+            {"name": "z", "role": "r", "after": ["start"], "with": {"cmd": "true"}},
         ],
     }
     err = error_of(doc)
@@ -284,10 +291,15 @@ def test_diamond_is_not_a_cycle() -> None:
     doc = {
         "roles": {"r": {}},
         "steps": [
-            {"name": "top", "role": "r"},
-            {"name": "left", "role": "r", "after": ["top"]},
-            {"name": "right", "role": "r", "after": ["top"]},
-            {"name": "bottom", "role": "r", "after": ["left", "right", "top"]},
+            {"name": "top", "role": "r", "with": {"cmd": "true"}},
+            {"name": "left", "role": "r", "after": ["top"], "with": {"cmd": "true"}},
+            {"name": "right", "role": "r", "after": ["top"], "with": {"cmd": "true"}},
+            {
+                "name": "bottom",
+                "role": "r",
+                "after": ["left", "right", "top"],
+                "with": {"cmd": "true"},
+            },
         ],
     }
     assert [s.name for s in contract.parse(doc).steps] == ["top", "left", "right", "bottom"]
@@ -297,7 +309,10 @@ def test_after_may_name_a_step_listed_later() -> None:
     """Only the graph matters, not the list order: b waits for a, which is written after it."""
     doc = {
         "roles": {"r": {}},
-        "steps": [{"name": "b", "role": "r", "after": ["a"]}, {"name": "a", "role": "r"}],
+        "steps": [
+            {"name": "b", "role": "r", "after": ["a"], "with": {"cmd": "true"}},
+            {"name": "a", "role": "r", "with": {"cmd": "true"}},
+        ],
     }
     assert [(s.seq, s.name, s.after) for s in contract.parse(doc).steps] == [
         (0, "b", ("a",)),
@@ -324,7 +339,10 @@ def test_first_problem_in_document_order_is_reported() -> None:
 
 
 def test_dict_key_with_a_dot_is_quoted_in_the_field_path() -> None:
-    doc = {"roles": {"a.b": {"x": None}}, "steps": [{"name": "s", "role": "a.b"}]}
+    doc = {
+        "roles": {"a.b": {"x": None}},
+        "steps": [{"name": "s", "role": "a.b", "with": {"cmd": "true"}}],
+    }
     assert error_of(doc).field == 'roles["a.b"].x'
 
 
@@ -332,7 +350,10 @@ def test_tuples_count_as_json_arrays() -> None:
     """Notebook callers may write tuples; json.dumps stores them as arrays, so they are accepted."""
     doc = {
         "roles": {"r": {}},
-        "steps": ({"name": "a", "role": "r"}, {"name": "b", "role": "r", "after": ("a",)}),
+        "steps": (
+            {"name": "a", "role": "r", "with": {"cmd": "true"}},
+            {"name": "b", "role": "r", "after": ("a",), "with": {"cmd": "true"}},
+        ),
     }
     assert contract.parse(doc).steps[1].after == ("a",)
 
@@ -531,11 +552,11 @@ def test_dependants_leave_independent_branches_alone() -> None:
     doc = {
         "roles": {"r": {}},
         "steps": [
-            {"name": "a", "role": "r"},
-            {"name": "b", "role": "r"},
-            {"name": "a2", "role": "r", "after": ["a"]},
-            {"name": "ab", "role": "r", "after": ["a2", "b"]},
-            {"name": "b2", "role": "r", "after": ["b"]},
+            {"name": "a", "role": "r", "with": {"cmd": "true"}},
+            {"name": "b", "role": "r", "with": {"cmd": "true"}},
+            {"name": "a2", "role": "r", "after": ["a"], "with": {"cmd": "true"}},
+            {"name": "ab", "role": "r", "after": ["a2", "b"], "with": {"cmd": "true"}},
+            {"name": "b2", "role": "r", "after": ["b"], "with": {"cmd": "true"}},
         ],
     }
     steps = contract.parse(doc).steps
@@ -549,7 +570,14 @@ def test_dependants_equal_reachability_over_after(data: st.DataObject) -> None:
     steps = []
     for i in range(n):
         after = data.draw(st.lists(st.integers(0, i - 1), unique=True)) if i else []
-        steps.append({"name": f"s{i}", "role": "r", "after": [f"s{j}" for j in after]})
+        steps.append(
+            {
+                "name": f"s{i}",
+                "role": "r",
+                "after": [f"s{j}" for j in after],
+                "with": {"cmd": "true"},
+            }
+        )
     parsed = contract.parse({"roles": {"r": {}}, "steps": steps}).steps
     failed = data.draw(st.integers(0, n - 1))
 
@@ -609,6 +637,7 @@ def nest(depth: int) -> dict[str, Any]:
 def test_a_with_nested_past_the_limit_is_refused_before_anything_walks_it() -> None:
     """Issue 11 §4: a 600-deep ``with`` once committed a run nothing could read back."""
     doc = example()
+    doc["steps"][0]["uses"] = "flash"  # a plugin: its `with` is the plugin's to read
     doc["steps"][0]["with"] = nest(limits.MAX_DEPTH)
     contract.parse(doc)
     for depth in (limits.MAX_DEPTH + 1, 600, 50_000):
@@ -673,3 +702,88 @@ def test_capabilities_have_limits_too() -> None:
     with pytest.raises(ContractError) as e:
         capabilities.validate_capabilities({"l": [[[1]]]})
     assert e.value.field is not None and e.value.field.startswith("capabilities.l")
+
+
+def _one_step(**step: object) -> dict[str, object]:
+    return {"roles": {"dut": {}}, "steps": [{"name": "s", "role": "dut", **step}]}
+
+
+@pytest.mark.parametrize(
+    ("step", "field"),
+    [
+        ({}, "steps[0].with.cmd"),  # the README's old example: no uses, no with
+        ({"uses": "shell"}, "steps[0].with.cmd"),
+        ({"with": {"cmd": ""}}, "steps[0].with.cmd"),
+        ({"with": {"cmd": "  "}}, "steps[0].with.cmd"),
+        ({"with": {"cmd": []}}, "steps[0].with.cmd"),
+        ({"with": {"cmd": ["ls", 1]}}, "steps[0].with.cmd"),
+        ({"with": {"cmd": 3}}, "steps[0].with.cmd"),
+        ({"with": {"cmd": "x", "timeout": -1}}, "steps[0].with.timeout"),
+        ({"with": {"cmd": "x", "timeout": True}}, "steps[0].with.timeout"),
+        ({"with": {"cmd": "x", "timeout": "5"}}, "steps[0].with.timeout"),
+        ({"with": {"cmd": "x", "timout": 5}}, "steps[0].with.timout"),
+        ({"uses": "sleep"}, "steps[0].with.seconds"),
+        ({"uses": "sleep", "with": {"seconds": "1"}}, "steps[0].with.seconds"),
+        ({"uses": "sleep", "with": {"second": 1}}, "steps[0].with.second"),
+        ({"uses": "fail", "with": {"message": 1}}, "steps[0].with.message"),
+        ({"uses": "shel", "with": {"cmd": "x"}}, "steps[0].uses"),
+        ({"uses": "Shell", "with": {"cmd": "x"}}, "steps[0].uses"),
+        ({"uses": "slepe", "with": {"seconds": 1}}, "steps[0].uses"),
+        ({"uses": "fial"}, "steps[0].uses"),
+    ],
+)
+def test_a_builtin_action_s_arguments_are_checked_at_submit(step, field) -> None:
+    """design.md §4, §19 (issue 29): what the node's built-in would refuse at once is a 400 at
+    submit naming the field, never a 202 that fails on the node after the caller left."""
+    e = refused(_one_step(**step), field)
+    if field == "steps[0].uses":
+        assert e.code == "unknown_action" and "did you mean" in e.message
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"with": {"cmd": "make test"}},
+        {"with": {"cmd": ["ls", "-l"], "timeout": 2.5}},
+        {"uses": "sleep", "with": {"seconds": 0}},
+        {"uses": "fail"},
+        {"uses": "fail", "with": {"message": "boom"}},
+        {"uses": "sim", "with": {}},  # the simulator's action: not a built-in, never checked
+        {"uses": "flash", "with": {"image": "a.bin", "anything": [1, {"x": None}]}},
+        {"uses": "shellcheck"},  # far from every built-in: a plugin's name
+    ],
+)
+def test_good_builtin_steps_and_any_plugin_step_are_accepted(step) -> None:
+    contract.parse(_one_step(**step))
+
+
+def test_near_builtin_matches_exactly_one_edit_by_brute_force() -> None:
+    """The typo rule against a reference: edit distance with neighbour swaps, by brute force."""
+
+    def distance(a: str, b: str) -> int:
+        d = [
+            [max(i, j) if min(i, j) == 0 else 0 for j in range(len(b) + 1)]
+            for i in range(len(a) + 1)
+        ]
+        for i in range(1, len(a) + 1):
+            for j in range(1, len(b) + 1):
+                d[i][j] = min(
+                    d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+                )
+                if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                    d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+        return d[len(a)][len(b)]
+
+    import itertools
+
+    words = {
+        "".join(p) for n in range(2, 7) for p in itertools.product("shelpfai", repeat=n) if n <= 4
+    }
+    words |= {"shell", "shel", "shelll", "sehll", "sleep", "slep", "sleeep", "fail", "fial", "sim"}
+    for word in sorted(words):
+        expect = next(
+            (b for b in contract.BUILTIN_ACTIONS if word != b and distance(word, b) == 1), None
+        )
+        if word in contract.BUILTIN_ACTIONS:
+            expect = None
+        assert contract._near_builtin(word) == expect, word

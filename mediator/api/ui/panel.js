@@ -91,7 +91,12 @@ tokenForm.addEventListener("submit", (event) => {
   refresh();
 });
 
-document.getElementById("tickets-link").href = BOARD_URL;
+// A link to where nothing listens is worse than none: shown only when configured (issue 29).
+if (BOARD_URL) {
+  const link = document.getElementById("tickets-link");
+  link.href = BOARD_URL;
+  link.hidden = false;
+}
 window.addEventListener("hashchange", mount);
 setInterval(tickCountdowns, 250);
 mount();
