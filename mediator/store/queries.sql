@@ -833,15 +833,21 @@ WITH RECURSIVE m AS (
     WHERE run_id = %(sealed)s AND state IN ('PASSED', 'FAILED')
 ), snap AS (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS mark,
-           pg_snapshot_xmax(pg_current_snapshot()) AS xmax,
-           %(since)s::text::xid8 AS since
+           pg_snapshot_xmax(pg_current_snapshot()) AS xmax
+), head AS (
+    SELECT r.needs_key, r.run_id, r.created_at FROM runs r
+    WHERE r.state = 'QUEUED'
+    ORDER BY r.created_at, r.run_id
+    LIMIT %(limit)s
 ), ev AS (
-    SELECT e.run_id FROM events e, snap
-    WHERE e.tx >= snap.since AND e.run_id <> ''
+    SELECT e.run_id FROM events e  -- bounded on both sides: an index range, whatever the
+    WHERE e.tx >= %(since)s::text::xid8    -- statistics say (a history keeps every event)
+      AND e.tx < pg_snapshot_xmax(pg_current_snapshot()) AND e.run_id <> ''
     LIMIT 4097
 ), mode AS (
-    SELECT (since IS NULL OR since > xmax OR (SELECT count(*) FROM ev) > 4096) AS whole,
-           EXISTS (SELECT 1 FROM runs WHERE state = 'QUEUED') AS queued
+    SELECT (%(since)s::text::xid8 IS NULL OR %(since)s::text::xid8 > xmax
+            OR (SELECT count(*) FROM ev) > 4096) AS whole,
+           EXISTS (SELECT 1 FROM head) AS queued
     FROM snap
 ), k(needs_key) AS (
     (SELECT needs_key FROM runs
@@ -852,17 +858,22 @@ WITH RECURSIVE m AS (
             ORDER BY r.needs_key LIMIT 1)
     FROM k WHERE k.needs_key IS NOT NULL
 ), d(needs_key) AS (
-    SELECT r.needs_key FROM runs r, snap
-    WHERE NOT (SELECT whole FROM mode) AND r.state = 'QUEUED' AND r.queued_tx >= snap.since
+    SELECT r.needs_key FROM runs r
+    WHERE NOT (SELECT whole FROM mode) AND r.state = 'QUEUED'
+      AND r.queued_tx >= %(since)s::text::xid8
     UNION
-    SELECT r.needs_key FROM ev JOIN runs r ON r.run_id = ev.run_id
-    WHERE NOT (SELECT whole FROM mode) AND r.state <> 'QUEUED'
+    SELECT x.needs_key FROM (  -- each event's run by its key (a probe each)
+        SELECT (SELECT r.needs_key FROM runs r
+                WHERE r.run_id = ev.run_id AND r.state <> 'QUEUED') AS needs_key
+        FROM ev WHERE NOT (SELECT whole FROM mode)
+    ) x WHERE x.needs_key IS NOT NULL
 ), cls AS (
     SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
     UNION ALL
     SELECT d.needs_key,  -- per class, by its keys (a probe each, whatever the statistics say)
            CASE WHEN EXISTS (SELECT 1 FROM runs q
-                             WHERE q.state = 'QUEUED' AND q.needs_key = d.needs_key)
+                             WHERE q.state = 'QUEUED' AND q.needs_key = d.needs_key
+                             ORDER BY q.needs_key LIMIT 1)
                 THEN (SELECT c.needs FROM needs_classes c WHERE c.needs_key = d.needs_key) END
     FROM d
 )
@@ -882,12 +893,9 @@ FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND (SELECT queued FROM mode)
 UNION ALL
-(SELECT 'queued', r.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at,
-        NULL, NULL, NULL
- FROM runs r
- WHERE r.state = 'QUEUED' AND (SELECT queued FROM mode)
- ORDER BY r.created_at, r.run_id
- LIMIT %(limit)s)
+SELECT 'queued', h.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, h.run_id, h.created_at,
+       NULL, NULL, NULL
+FROM head h
 
 -- event_position --
 -- Where a /v1/events stream starts, as (tx, id) (events_since's order). After event %(id)s: that
