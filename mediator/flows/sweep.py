@@ -143,7 +143,12 @@ class SweepMemo:
 
     def _learn(self, first: SweepHead) -> None:
         exact = first.full or not first.queued  # every class waiting (none when none is queued)
-        newest = first.mark is not None and (self.mark is None or first.mark >= self.mark)
+        # A mark past the read's own ids: the database's ids went back (another database, one
+        # restored from a backup), read whole by the store; it starts the marks afresh.
+        rewound = first.since is not None and first.mark is not None and first.mark < first.since
+        newest = first.mark is not None and (
+            self.mark is None or first.mark >= self.mark or (exact and rewound)
+        )
         based = exact or (first.since is not None and self.mark is not None
                           and first.since <= self.mark)  # fmt: skip
         if newest and based:

@@ -106,9 +106,10 @@ class SweepHead(NamedTuple):
     queued: bool = False
 
 
-# A class's needs as text → as decoded: every sweep reads every waiting class, and a flood of
-# classes (docs/design.md §6 "Sweeps remember") made decoding them most of a sweep. Keyed by the
-# text itself, so an entry is never wrong; emptied when it grows past its bound. Read-only use.
+# A class's needs as text → as decoded: a read of every waiting class (a process's first, or one
+# after a long quiet: docs/design.md §6 "Sweeps remember") decodes a flood's thousands of classes
+# again otherwise. Keyed by the text itself, so an entry is never wrong; emptied when it grows
+# past its bound. Read-only use.
 _DECODED: dict[str, dict[str, Any]] = {}
 _DECODED_MAX = 100_000
 

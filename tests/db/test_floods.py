@@ -253,6 +253,43 @@ def test_results_and_adverts_read_and_match_none_of_thousands_of_classes_they_ca
     assert set(matched) == {"b3"} and woke.remembered == FLOOD - FLOOD // BOARDS
 
 
+def test_classes_queued_and_cancelled_by_another_process_reach_this_ones_sweeps(
+    med, dsn, clock, config, tmp_path
+):
+    """§6 "Sweeps remember", across processes: this process reads only what changed since its
+    last read, so what another Mediator process on the same database does in between must be
+    in that change. A class queued there is promoted by this process's next sweep (the run's
+    queued_tx is past the mark), and a class whose only run is cancelled there is no longer held
+    here after the next read (the cancel's event is past the mark)."""
+    from mediator import Mediator
+
+    advert(med, "X", board="x", usb=True)
+    advert(med, "Y", board="y", n=1)
+    clock.advance(1)
+    first = med.submit(contract(dut={"board": "x"})).run.run_id  # X busy
+    clock.advance(1)
+    blocker = med.submit(contract(dut={"board": "y"})).run.run_id  # Y busy
+    reports = []
+    med.ctx.sweep_observers.append(lambda _s, report: reports.append(report))
+    assert med.wake_queued().classes == 0  # the mark: nothing queued yet
+    other = Mediator.connect(dsn, config=config, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        clock.advance(1)
+        usb = other.submit(contract(dut={"board": "x", "usb": True}))  # a class new here
+        clock.advance(1)
+        gone = other.submit(contract(dut={"board": "y", "n": 1}))
+        assert (usb.outcome, gone.outcome) == ("queued", "queued")
+        assert med.wake_queued().classes == 2  # both read as arrived since the mark
+        other.cancel(gone.run.run_id)
+    finally:
+        other.close()
+    finish_in_process(med, first, "X")  # wake 1 here: X is free
+    assert med.get_run(usb.run.run_id).state == "RUNNING"  # promoted by this process
+    assert reports[-1].classes == 1  # the cancelled run's class was read as gone
+    finish_in_process(med, blocker, "Y")
+    assert reports[-1].classes == 0 and med.get_run(gone.run.run_id).state == "FAILED"
+
+
 def finish_in_process(med, run_id, node_id):
     step = next(s for s in med.work(node_id) if s.run_id == run_id)
     claimed = med.claim(run_id, step.seq, node_id)
