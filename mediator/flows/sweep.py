@@ -98,9 +98,10 @@ class SweepMemo:
 
     *The classes.* A sweep's read returns only the classes whose waiting may have changed since
     this process's last read (its ``mark``); the memo applies them to the classes it holds.
-    Invariant: a class missing here has no QUEUED run queued before the mark, so the next read
-    finds it. A read newer than the mark (the mark never goes back) is applied in full and moves
-    the mark; an older one, which a thread sweeping beside another can hold, only adds classes.
+    Invariant: every QUEUED run of a class missing here was queued by a transaction whose id is
+    at or past the mark, so the next read finds it. A read newer than the mark (the mark never
+    goes back) is applied in full and moves the mark; an older one, which a thread sweeping
+    beside another can hold, only adds classes.
     So the classes held may include a few that no longer wait (a run of one would be refused by
     R8, it is never promoted twice), never miss one that waits.
 
