@@ -862,10 +862,10 @@ WITH RECURSIVE m AS (
     WHERE NOT (SELECT whole FROM mode) AND r.state = 'QUEUED'
       AND r.queued_tx >= %(since)s::text::xid8
     UNION
-    SELECT x.needs_key FROM (  -- each event's run by its key (a probe each)
+    SELECT x.needs_key FROM (  -- each run an event names, by its key (a probe each)
         SELECT (SELECT r.needs_key FROM runs r
-                WHERE r.run_id = ev.run_id AND r.state <> 'QUEUED') AS needs_key
-        FROM ev WHERE NOT (SELECT whole FROM mode)
+                WHERE r.run_id = e.run_id AND r.state <> 'QUEUED') AS needs_key
+        FROM (SELECT DISTINCT run_id FROM ev) e WHERE NOT (SELECT whole FROM mode)
     ) x WHERE x.needs_key IS NOT NULL
 ), cls AS (
     SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
