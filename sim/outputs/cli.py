@@ -33,6 +33,7 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from sim.brokers.entry import BROKERS, run
 from sim.brokers.twin import KEY_ENV, cli_export
+from sim.inputs import twin
 from sim.inputs.scenarios import (
     ALIASES,
     SCENARIOS,
@@ -42,6 +43,7 @@ from sim.inputs.scenarios import (
     explain,
     parse_set,
 )
+from sim.outputs.audit import add_parsers as add_twin_parsers
 from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate's rule coverage
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
@@ -53,7 +55,9 @@ def _scenario(name: str, sets: list[str]) -> Scenario:
     TOML file, with the remaining ``--set`` paths applied."""
     path = Path(name)
     pairs = [parse_set(a) for a in sets]
-    if path.suffix == ".toml" and path.exists():
+    if (path / "twin.json").is_file():  # a lab's exported twin (sim.inputs.twin)
+        sc = twin.load(path)
+    elif path.suffix == ".toml" and path.exists():
         sc = Scenario.from_toml(path)
     elif name in SCENARIOS:
         params = inspect.signature(SCENARIOS[name]).parameters
@@ -320,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
     ex.set_defaults(func=cli_export)
+    add_twin_parsers(tw_sub, SET_HELP)  # replay, audit
     add_coverage_parsers(sub)
     return ap
 

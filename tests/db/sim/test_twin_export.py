@@ -170,7 +170,7 @@ def test_a_lab_day_exports_the_runs_steps_attempts_asks_and_fleet(
     ]  # fmt: skip
 
     manifest = json.loads((out / "twin.json").read_text())
-    assert manifest["format"] == "mediator-twin/1" and manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["format"] == "mediator-twin/2" and manifest["schema_version"] == SCHEMA_VERSION
     assert manifest["tables"]["runs"]["rows"] == 4 == done.rows["runs"]
     assert manifest["pseudonymized"] is False
 

@@ -1,0 +1,278 @@
+"""Replaying and auditing a lab's twin (docs/design.md §20, "Replaying a twin"; issue 27 §3).
+
+The round trip, exactly: a lab day simulated on the real Mediator (`sim.inputs.twin.lab_day`:
+stm32 and imx8 boards, linux hosts, multi-role runs with asks and retries, a board that vanishes
+and returns, a drained host, a daemon restart) → `sim.twin.export` from its database → replayed
+on the real Mediator and on the model → the same runs start at the same instants on the same
+nodes as in the lab. Then the audit: a clean history audits clean, and a run promoted by hand
+through SQL, out of FIFO order, is found and named.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import sim
+from mediator import Config, Mediator
+from sim.inputs.scenarios import Settings
+from sim.inputs.twin import TwinError, lab_day, recorded_decisions
+from sim.outputs.audit import audit, production, replay, starting_at
+from sim.outputs.cli import main
+from tests.db.conftest import EPOCH, ManualClock, advert
+
+LAB = lab_day(hours=2.0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def day(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """The lab day on the real Mediator, its database kept, and its whole window exported."""
+    lab = sim.twin.simulate_lab(LAB, database_url=cluster.url("postgres"))
+    out = tmp_path_factory.mktemp("twin")
+    sim.twin.export(lab.database_url, lab.since, lab.until, out, progress=False)
+    yield lab, out
+    cluster.drop(lab.database_url.rsplit("/", 1)[1].split("?")[0])
+
+
+def table(folder: Path, name: str) -> list[dict[str, str]]:
+    with (folder / f"{name}.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def load(folder: Path, **kw: Any) -> sim.Scenario:
+    return sim.twin.load(folder, settings=LAB.settings, advert_interval_s=10.0, **kw)
+
+
+def test_the_export_holds_the_labs_own_decisions(day: tuple[Any, Path]) -> None:
+    """What the lab decided (its Result's promotions) is what the twin says it decided."""
+    lab, out = day
+    promos = lab.result.promotions
+    mine = [(round(at * 1e6), r, n) for at, r, n in promos[["at_s", "run_id", "nodes"]].values]
+    window = round((lab.until - lab.since).total_seconds() * 1e6)  # [since, until): half open
+    assert recorded_decisions(out) == sorted(x for x in mine if x[0] < window)
+    assert len(mine) > 60  # a busy enough day: the stm32 board's vanish and the drain among them
+    kinds = {row["kind"] for row in table(out, "fleet_events")}
+    assert {"expired", "returned", "drain_set", "restarted"} <= kinds
+
+
+@pytest.mark.parametrize("broker", ["model", "mediator"])
+def test_a_lab_day_replays_exactly_on_either_broker(day: tuple[Any, Path], broker: str) -> None:
+    """Issue 27 §3: same run, same nodes, same instant — every decision of the window."""
+    _lab, out = day
+    rep = replay(load(out), broker)
+    assert rep.divergence is None, rep.divergence.text()
+    assert rep.policy == rep.lab and len(rep.lab) > 60
+    assert rep.result.violations == []
+
+
+def test_a_replay_that_forgets_the_fleet_history_is_not_exact(day: tuple[Any, Path]) -> None:
+    """Not a tautology: the comparison sees a replay whose stm32 board never vanished."""
+    _lab, out = day
+    twin = load(out)
+    rep = replay(twin, "model")
+    assert rep.divergence is None
+    frozen = out.parent / "frozen"
+    frozen.mkdir(exist_ok=True)
+    for f in out.iterdir():
+        text = f.read_text()
+        if f.name == "fleet_events.csv":
+            text = text.splitlines()[0] + "\n"
+        (frozen / f.name).write_text(text)
+    rep = replay(load(frozen), "model")
+    assert rep.divergence is not None
+
+
+def test_a_pseudonymized_twin_replays_the_same_decisions_under_the_pseudonyms(
+    day: tuple[Any, Path], tmp_path: Path
+) -> None:
+    lab, out = day
+    key = b"our lab"
+    sim.twin.export(lab.database_url, lab.since, lab.until, tmp_path, pseudonymize=True, key=key,
+                    progress=False)  # fmt: skip
+    names = sim.twin.Pseudonyms(key)
+    plain = replay(load(out), "model").policy
+    renamed = [
+        (d.at_us, names("run", d.run_id),
+         ",".join(sorted(str(names("node", n)) for n in d.roles.split(","))))
+        for d in plain
+    ]  # fmt: skip
+    rep = replay(load(tmp_path), "model")
+    assert rep.divergence is None
+    assert [(d.at_us, d.run_id, d.roles) for d in rep.policy] == renamed
+
+
+def test_a_window_cut_mid_run_replays_from_its_state_at_since(
+    day: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """Runs running at --since start on the nodes they held, their finished steps left out; the
+    window's end stops runs still going. Both brokers reproduce the window."""
+    lab, _ = day
+    since, until = lab.since + timedelta(seconds=2400), lab.since + timedelta(seconds=6000)
+    sim.twin.export(lab.database_url, since, until, tmp_path, progress=False)
+    runs = table(tmp_path, "runs")
+    assert sum(r["at_since"] == "running" for r in runs) >= 2
+    assert sum(r["at_until"] == "running" for r in runs) >= 1
+    twin = load(tmp_path)
+    for broker in ("model", "mediator"):
+        rep = replay(twin, broker)
+        assert rep.divergence is None, (broker, rep.divergence.text())
+        assert len(rep.lab) > 30
+    # and from any instant of a window, the state there being the start (what the audit does)
+    later = starting_at(twin, 1234.5)
+    assert replay(later, "model").divergence is None
+    assert production(later)[0].at_us >= 1_234_500_000
+
+
+def test_a_clean_history_audits_clean(day: tuple[Any, Path], capsys: Any) -> None:
+    _lab, out = day
+    result = audit(load(out))
+    assert result.clean and result.replays == 1
+    assert result.verdict().startswith(f"clean: all {result.decisions} decisions")
+    sets = ["--set", "fleet.advert_interval_s=10"]
+    assert main(["twin", "audit", str(out), *sets]) == 0
+    assert "clean" in capsys.readouterr().out
+    assert main(["twin", "replay", str(out), "--broker", "mediator", *sets]) == 0
+
+
+# ---- a planted anomaly ----------------------------------------------------------------------
+
+HAND = Config(advert_ttl_seconds=86_400, lease_ttl_seconds=86_400, wake_on_return=False)
+HAND_SETTINGS = Settings(advert_ttl_s=86_400, lease_ttl_s=86_400, wake_on_return=False)
+
+
+def at(clock: ManualClock, t: float) -> None:
+    clock.now = EPOCH + timedelta(seconds=t)
+
+
+def one_step(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "roles": {"dut": {"board": "x"}},
+            "steps": [{"name": "test", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
+
+
+def promote_by_hand(dsn: str, run_id: str, node: str, t: float) -> None:
+    """What an operator might do in psql: start a queued run on a free node, skipping the
+    sweep (and so FIFO)."""
+    when = EPOCH + timedelta(seconds=t)
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        assigned = json.dumps({"dut": node})
+        conn.execute(
+            "UPDATE runs SET state = 'RUNNING', assigned = %s, started_at = %s, "
+            "version = version + 1 WHERE run_id = %s",
+            (assigned, when, run_id),
+        )
+        conn.execute(
+            "INSERT INTO leases (node_id, run_id, instance, granted_at, not_after) "
+            "VALUES (%s, %s, 'i1', %s, %s)",
+            (node, run_id, when, when + timedelta(days=1)),
+        )
+        conn.execute(
+            "UPDATE steps SET node_id = %s, chosen = %s WHERE run_id = %s",
+            (node, json.dumps({"board": "x"}), run_id),
+        )
+        conn.execute(
+            "INSERT INTO events (at, run_id, node_id, kind, data) VALUES "
+            "(%s, %s, '', 'promoted', %s), (%s, %s, %s, 'lease_granted', '{}')",
+            (when, run_id, json.dumps({"assigned": {"dut": node}}), when, run_id, node),
+        )
+
+
+def hand_day(dsn: str, tmp_path: Path, plant: bool) -> Path:
+    """X runs a; b then c queue behind it; Y appears at 40 (no wake: wake_on_return is off).
+    With the plant, c is promoted onto Y by hand at 50, though b is ahead of it; without, the
+    day goes as the policy has it (a's result at 100 wakes the queue)."""
+    clock = ManualClock()
+    med = Mediator.connect(dsn, config=HAND, clock=clock, records_root=str(tmp_path / "records"))
+    try:
+        advert(med, "X")
+        at(clock, 10)
+        med.submit(one_step("a"))
+        med.claim("a", 0, "X")
+        at(clock, 20)
+        med.submit(one_step("b"))
+        at(clock, 30)
+        med.submit(one_step("c"))
+        at(clock, 40)
+        advert(med, "Y")
+        if plant:
+            promote_by_hand(dsn, "c", "Y", 50)
+            at(clock, 50)
+            med.claim("c", 0, "Y")
+            at(clock, 80)
+            med.report("c", 0, "Y", 1, "pass")
+        at(clock, 100)
+        med.report("a", 0, "X", 1, "pass")
+        for run_id in ("b", "c"):
+            run = med.get_run(run_id)
+            if run.state == "RUNNING":
+                node = run.steps[0].node_id
+                at(clock, 150)
+                med.claim(run_id, 0, node)
+                at(clock, 200)
+                med.report(run_id, 0, node, 1, "pass")
+    finally:
+        med.close()
+    out = tmp_path / ("planted" if plant else "clean")
+    sim.twin.export(dsn, EPOCH, EPOCH + timedelta(seconds=300), out, progress=False)
+    return out
+
+
+def hand_twin(out: Path) -> sim.Scenario:
+    return sim.twin.load(out, settings=HAND_SETTINGS, advert_interval_s=3600.0)
+
+
+def test_the_audit_names_a_run_promoted_by_hand_out_of_fifo_order(dsn: str, tmp_path: Path) -> None:
+    out = hand_day(dsn, tmp_path, plant=True)
+    assert [d[1] for d in recorded_decisions(out)] == ["a", "c", "b"]
+    for broker in ("model", "mediator"):
+        result = audit(hand_twin(out), broker)
+        [finding] = result.findings
+        assert (finding.run_id, finding.at_s) == ("c", 50.0)
+        text = finding.text()
+        assert "lab:      c started at 50.000000 s on Y" in text
+        assert "policy:  nothing decided at 50.000000 s; next: b started at 100.000000 s" in text
+        assert "queue at 50.000000 s, now: 2 run(s): b c" in text
+        assert result.verdict() == "1 decision(s) of 3 differ from the policy: c"
+
+
+def test_the_same_day_without_the_plant_audits_clean(dsn: str, tmp_path: Path) -> None:
+    out = hand_day(dsn, tmp_path, plant=False)
+    assert [d[1] for d in recorded_decisions(out)] == ["a", "b"]
+    assert audit(hand_twin(out), "mediator").clean
+
+
+def test_the_cli_audit_exits_1_and_names_the_run(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = hand_day(dsn, tmp_path, plant=True)
+    sets = [
+        "--set",
+        "settings.advert_ttl_s=86400",
+        "--set",
+        "settings.lease_ttl_s=86400",
+        "--set",
+        "settings.wake_on_return=false",
+        "--set",
+        "fleet.advert_interval_s=3600",
+    ]
+    assert main(["twin", "audit", str(out), *sets]) == 1  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "1 decision(s) of 3 differ from the policy: c" in printed
+
+
+def test_a_twin_of_another_format_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "twin.json").write_text(json.dumps({"format": "mediator-twin/1"}))
+    with pytest.raises(TwinError, match="format 'mediator-twin/1'; this replay reads"):
+        sim.twin.load(tmp_path)
+    assert main(["twin", "audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "mediator-twin/1" in err and "Traceback" not in err
+    assert main(["twin", "audit", str(tmp_path / "nowhere")]) == 2
