@@ -47,7 +47,7 @@ def lab(dsn: str, tmp_path: Path) -> Iterator[tuple[Mediator, ManualClock]]:
 
 def one_step(run_id: str) -> dict[str, Any]:
     return {"run_id": run_id, "roles": {"dut": {"board": "x"}},
-            "steps": [{"name": "test", "role": "dut"}]}  # fmt: skip
+            "steps": [{"name": "test", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
 
 
 def at(clock: ManualClock, t: float) -> None:
@@ -79,9 +79,9 @@ def play_the_day(med: Mediator, clock: ManualClock) -> None:
     at(clock, 300)
     med.submit({
         "run_id": "b", "work_id": "nightly", "roles": {"dut": {"board": "x"}},
-        "steps": [{"name": "flash", "role": "dut"},
+        "steps": [{"name": "flash", "role": "dut", "with": {"cmd": "true"}},
                   {"name": "probe", "kind": "ask", "ask": "Clip the probe", "after": ["flash"]},
-                  {"name": "verify", "role": "dut", "after": ["probe"]}],
+                  {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}}],
     })  # fmt: skip
     at(clock, 310)
     do_step(med, "b", 0, None)
