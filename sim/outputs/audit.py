@@ -18,6 +18,7 @@ heartbeat interval, when its reaper ran) comes from the scenario, so give ``load
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,23 @@ def production(twin: Scenario) -> list[Decision]:
     base = round(proc.from_s * 1_000_000)
     rows = [(base + at, rank[r], r, roles) for at, r, roles in
             recorded_decisions(proc.path, proc.from_s)]  # fmt: skip
-    return [Decision(at, r, STARTED, roles, 0) for at, _k, r, roles in sorted(rows)]
+    waiting = _lab_queue(proc.path)
+    return [Decision(at, r, STARTED, roles, waiting(at)) for at, _k, r, roles in sorted(rows)]
+
+
+def _lab_queue(folder: str) -> Any:
+    """``queued(at_us)``: how many runs the lab had QUEUED just before ``at_us`` (µs from the
+    window's start) — submitted before, and neither started, ended nor cancelled before."""
+    came, left = [], []
+    for r in rows(folder, "runs"):
+        if r["reject"]:
+            continue
+        came.append(round(float(r["submit_s"]) * 1_000_000))
+        out = [float(x) for x in (r["started_s"], r["ended_s"], r["cancelled_s"]) if x]
+        left.append(round(min(out) * 1_000_000) if out else 2**62)
+    came.sort()
+    left.sort()
+    return lambda at: bisect.bisect_left(came, at) - bisect.bisect_left(left, at)
 
 
 def replayed(twin: Scenario, result: Result) -> list[Decision]:
@@ -141,7 +158,25 @@ class Finding:
         return self.divergence.at_s
 
     def text(self) -> str:
-        return self.divergence.text().replace("baseline", "lab").replace("now:     ", "policy:  ")
+        return explain(self.divergence)
+
+
+#: The gate's words (baseline, now) as an audit says them (the lab, the policy).
+_WORDS = (
+    ("  baseline: ", "  lab:      "), ("  now:      ", "  policy:   "),
+    ("  later, now:      ", "  later, policy:   "), ("  in the baseline: ", "  in the lab:      "),
+    (", now: ", ", policy: "), ("(baseline: ", "(lab: "), ("(baseline ", "(lab "),
+    (" decisions, now ", " decisions, policy "),
+)  # fmt: skip
+
+
+def explain(div: Divergence) -> str:
+    """The gate's explanation of a divergence (`Divergence.text`), the lab in the baseline's
+    place and the policy in the place of now."""
+    text = div.text()
+    for old, new in _WORDS:
+        text = text.replace(old, new)
+    return text
 
 
 @dataclass
@@ -226,7 +261,7 @@ def cmd_replay(args: Any) -> int:
         print(f"twin {args.folder}: the {args.broker} replay reproduces all {n} decisions")
         return 0
     print(f"twin {args.folder}: the {args.broker} replay differs from the lab")
-    print(rep.divergence.text().replace("baseline", "lab").replace("now:     ", "policy:  "))
+    print(explain(rep.divergence))
     return 1
 
 
