@@ -38,7 +38,15 @@ from typing import Any
 from mediator.core.errors import MediatorError
 from mediator.databases import Snapshot, read_snapshot
 from sim.inputs.scenarios import Scenario
-from sim.inputs.twin import load, recorded_decisions  # the replay's side: sim.twin.load(DIR)
+from sim.inputs.twin import (  # the replay's side: sim.twin.load(DIR), its what-ifs
+    dark,
+    group_of,
+    lab_day,
+    load,
+    recorded_decisions,
+    scaled,
+    with_nodes,
+)
 from sim.platform.measure import Result
 
 __all__ = [
@@ -48,10 +56,15 @@ __all__ = [
     "Pseudonyms",
     "TwinError",
     "TwinExport",
+    "dark",
     "export",
+    "group_of",
+    "lab_day",
     "load",
     "recorded_decisions",
+    "scaled",
     "simulate_lab",
+    "with_nodes",
 ]
 
 #: Bumped when a table's columns change; a replay refuses a format it does not know.

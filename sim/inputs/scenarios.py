@@ -169,7 +169,7 @@ class NodeGroup:
     capabilities: dict[str, Any]
     label: str = "{node_id}"
     id_prefix: str = "n"
-    names: tuple[str, ...] = ()
+    names: tuple[str, ...] | None = None  # None: left out of the dict form (hashes unchanged)
 
     def __post_init__(self) -> None:
         _check(
@@ -180,7 +180,7 @@ class NodeGroup:
     def node_ids(self) -> list[str]:
         """The ids of this group's nodes, in order."""
         width = max(3, len(str(max(self.count - 1, 0))))
-        named = list(self.names[: self.count])
+        named = list((self.names or ())[: self.count])
         return named + [f"{self.id_prefix}{i:0{width}d}" for i in range(len(named), self.count)]
 
 
@@ -808,7 +808,8 @@ def _scenario_from(d: Mapping[str, Any]) -> Scenario:
     fl = dict(d["fleet"])
     fleet = Fleet(
         groups=tuple(
-            NodeGroup(**{**g, "names": tuple(g.get("names", ()))}) for g in fl.pop("groups")
+            NodeGroup(**{**g, "names": tuple(g["names"]) if "names" in g else None})
+            for g in fl.pop("groups")
         ),
         events=tuple(FleetEvent(**e) for e in fl.pop("events", ())),
         random=tuple(

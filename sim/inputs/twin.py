@@ -567,6 +567,8 @@ def plan_parts(scenario: Scenario) -> Parts:
     pins = {p for p in pins if p in ids}
     items.sort(key=lambda x: x[:3])
     items = _scaled(items, proc.scale, scenario.seed, window - t0)
+    if scenario.horizon_runs is not None:  # a capped workload (a plan's confirmation)
+        items = items[: scenario.horizon_runs]
 
     width = max(7, len(str(max(len(items) - 1, 0))))
     arrivals = []
@@ -620,6 +622,56 @@ def _scaled(items: list[Any], scale: float, seed: int, horizon: float) -> list[A
                 out.append(((x[0] + shift) % h_us, 2, x[2], source, *x[4:]))
     out.sort(key=lambda x: x[:3])
     return out
+
+
+# ---- what-ifs (docs/design.md §20, "What-ifs on a twin") -------------------------------------
+
+
+def group_of(twin: Scenario, cls: str | dict[str, Any]) -> int:
+    """The index of the twin's node group for a capability class: its capabilities (a dict, or
+    ``"board=stm32"``-style text, matched against the group's own), or its ``id_prefix``."""
+    groups = twin.fleet.groups
+    for i, g in enumerate(groups):
+        if isinstance(cls, dict):
+            if g.capabilities == cls:
+                return i
+        elif cls in (g.id_prefix, g.id_prefix.rstrip("+"), _class_label(g.capabilities)):
+            return i
+    known = ", ".join(repr(g.id_prefix.rstrip("+")) for g in groups)
+    raise TwinError(f"no node group of class {cls!r}; the twin's classes are {known}")
+
+
+def with_nodes(twin: Scenario, cls: str | dict[str, Any], delta: int) -> Scenario:
+    """The twin with ``delta`` nodes more (or fewer, when negative) of a capability class: new
+    nodes advertise the class's capabilities from the start; fewer keeps the first nodes of the
+    class (in id order) and drops the rest with their history."""
+    i = group_of(twin, cls)
+    count = twin.fleet.groups[i].count + delta
+    if count < 1:
+        raise TwinError(f"class {cls!r} would have {count} nodes; a class keeps at least one")
+    return twin.with_overrides({f"fleet.groups.{i}.count": count})
+
+
+def dark(
+    twin: Scenario, nodes: list[str] | tuple[str, ...], from_s: float, to_s: float
+) -> Scenario:
+    """The twin with ``nodes`` gone dark from ``from_s`` to ``to_s`` (seconds of the replay):
+    each vanishes (its step in flight lost, its advert left to expire — the vanished-node
+    window) and returns with a fresh daemon."""
+    if not 0 <= from_s < to_s:
+        raise TwinError(f"a dark interval needs 0 <= from_s < to_s, not {from_s} .. {to_s}")
+    events = [*twin.fleet.events]
+    for n in nodes:
+        events += [FleetEvent(from_s, n, "vanish"), FleetEvent(to_s, n, "return")]
+    return twin.with_overrides(
+        {"fleet.events": [{"at_s": e.at_s, "node_id": e.node_id, "kind": e.kind,
+                           "policy": e.policy} for e in events]}
+    )  # fmt: skip
+
+
+def scaled(twin: Scenario, factor: float) -> Scenario:
+    """The twin with its arrivals scaled by ``factor`` (see `Recorded`)."""
+    return twin.with_overrides({"workload.arrivals.scale": factor})
 
 
 # ---- what the lab decided --------------------------------------------------------------------

@@ -276,3 +276,103 @@ def test_a_twin_of_another_format_is_refused_in_one_line(
     err = capsys.readouterr().err
     assert "mediator-twin/1" in err and "Traceback" not in err
     assert main(["twin", "audit", str(tmp_path / "nowhere")]) == 2
+
+
+# ---- what-ifs on the twin (issue 27 §4) ------------------------------------------------------
+
+
+def waits(result: Any, cls: str) -> Any:
+    runs = result.runs
+    return runs[runs["template"].str.contains(cls, regex=False)].set_index("source_id")["wait_s"]
+
+
+def test_more_boards_of_a_class_never_lengthen_its_waits(day: tuple[Any, Path]) -> None:
+    """Two stm32 boards more: the recorded boards keep their ids, two new ones advertise the
+    class's capabilities, and no stm32 run waits longer (a run each of them took shorter)."""
+    _lab, out = day
+    twin = load(out)
+    more = sim.twin.with_nodes(twin, "board=stm32", 2)
+    ids = [n.node_id for n in sim.materialize(more).nodes]
+    assert {"stm32-000", "stm32-003", "board=stm32+004", "board=stm32+005"} <= set(ids)
+    base, now = sim.run(twin, "model"), sim.run(more, "model")
+    before, after = waits(base, "board=stm32"), waits(now, "board=stm32")
+    assert (after <= before + 1e-9).all() and (after < before).any()
+    assert len(now.runs) == len(base.runs)  # the same runs, as recorded
+
+
+def test_a_host_fewer_drops_its_history_and_lengthens_the_host_waits(
+    day: tuple[Any, Path],
+) -> None:
+    _lab, out = day
+    twin = load(out)
+    fewer = sim.twin.with_nodes(twin, "host=linux", -1)
+    plan = sim.materialize(fewer)
+    assert "host-002" not in {n.node_id for n in plan.nodes}
+    assert "host-002" not in {e.node_id for e in plan.fleet_events}
+    base, now = sim.run(twin, "model"), sim.run(fewer, "model")
+    assert now.runs["wait_s"].mean() > base.runs["wait_s"].mean()
+    with pytest.raises(TwinError, match="no node group of class 'board=esp32'"):
+        sim.twin.with_nodes(twin, "board=esp32", 1)
+
+
+def test_a_board_dark_for_an_interval_is_given_nothing_then(day: tuple[Any, Path]) -> None:
+    """The vanished-node window on the twin: imx8-000 dark from 1000 s to 4000 s takes no lease
+    after its advert expired (30 s) and before it returned."""
+    _lab, out = day
+    twin = sim.twin.dark(load(out), ["imx8-000"], 1000.0, 4000.0)
+    result = sim.run(twin, "model")
+    leases = result.leases[result.leases["node_id"] == "imx8-000"]
+    granted = leases["granted_at"]
+    assert not ((granted > 1030.0) & (granted < 4000.0)).any()
+    assert (granted >= 4000.0).any()
+
+
+def test_scaled_arrivals_keep_the_recorded_runs_and_add_shifted_copies(
+    day: tuple[Any, Path],
+) -> None:
+    _lab, out = day
+    twin = load(out)
+    n = len(sim.materialize(twin).arrivals)
+    more = sim.materialize(sim.twin.scaled(twin, 1.5))
+    fewer = sim.materialize(sim.twin.scaled(twin, 0.5))
+    assert 1.3 * n < len(more.arrivals) < 1.7 * n
+    assert 0.3 * n < len(fewer.arrivals) < 0.7 * n
+    copies = [s for s in more.source_ids if "~" in s]
+    assert copies and {s.split("~")[0] for s in copies} <= set(sim.materialize(twin).source_ids)
+    assert [a.at_s for a in more.arrivals] == sorted(a.at_s for a in more.arrivals)
+    # seeded: the same seed, the same draw
+    again = sim.materialize(sim.twin.scaled(twin, 1.5))
+    assert again.source_ids == more.source_ids
+
+
+def test_settings_and_fleet_changes_through_set_as_on_any_scenario(
+    day: tuple[Any, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--set` paths reach a twin: max_width 1 refuses the two-role imx8 runs (TOO_WIDE), and
+    `python -m sim run DIR` takes the same assignments."""
+    _lab, out = day
+    narrow = load(out).with_sets(["max_width=1"])
+    result = sim.run(narrow, "model")
+    hil = result.runs[result.runs["template"].str.startswith("ctl[")]
+    assert len(hil) and (hil["reject"] == "TOO_WIDE").all()
+    sets = ["--set", "fleet.groups.1.count=6", "--set", "workload.arrivals.scale=1.2",
+            "--set", "settings.wake_on_return=false", "--set", "fleet.advert_interval_s=10",
+            "--set", 'fleet.events=[{at_s=600, node_id="host-001", kind="vanish"}, '
+                     '{at_s=900, node_id="host-001", kind="return"}]']  # fmt: skip
+    assert main(["run", str(out), "--broker", "model", "--quiet", *sets]) == 0
+    assert "twin:" in capsys.readouterr().out
+
+
+def test_capacity_plans_work_on_a_twin(day: tuple[Any, Path]) -> None:
+    """sim.plan sizes one class of the twin; the per-class plan sizes every class, one
+    replication (a twin at scale 1 is deterministic)."""
+    _lab, out = day
+    twin = load(out)
+    stm32 = sim.twin.group_of(twin, "board=stm32")
+    p = sim.plan(twin, {"quantile": 0.95, "wait_s": 600}, [1, 2, 3, 4], group=stm32,
+                 confirm_replications=0, progress=False)  # fmt: skip
+    frame = p.to_frame()
+    assert list(frame["replications"]) == [1, 1, 1, 1]
+    assert frame["wait_p95_s"].is_monotonic_decreasing
+    per = sim.plan(twin, {"quantile": 0.95, "wait_s": 600}, [1, 2, 3, 4], per_class=True)
+    assert per.counts is not None and set(per.counts) == {g.id_prefix for g in twin.fleet.groups}
