@@ -8,6 +8,10 @@
     python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.outputs.gate)
     python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
     python -m sim twin export --database-url URL --since T --until T --out DIR [--pseudonymize]
+    python -m sim twin replay DIR [--broker model|mediator] [--set key=value ...]
+    python -m sim twin audit DIR [--broker model|mediator] [--set key=value ...]
+
+A twin's folder is a scenario wherever one is taken (``run DIR``, ``plan DIR``).
 
 ``--set`` takes the names Python takes — a built-in scenario's parameters (``runs=10``,
 ``arrival_rate=0.2``, ``service="lognormal"``), which rebuild it so derived fields follow — and
