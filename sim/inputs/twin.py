@@ -341,18 +341,42 @@ def _outcome(text: str) -> str:
     return text if text in ("pass", "fail", "retry") else "fail"
 
 
+def _typical(runs: list[_Run]) -> dict[tuple[str, str], int]:
+    """The median recorded time (µs) of each step — by needs class and step name: an attempt
+    from claim to result, an ask from raised to answered — for what the window's end cut."""
+    spans: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for run in runs:
+        cls = run.row["needs"]
+        names = {int(s["seq"]): s["name"] for s in run.steps}
+        for a in run.attempts:
+            if (x := _f(a["result_s"])) is not None:
+                spans[cls, names.get(int(a["seq"]), "")].append(_us(x - float(a["claimed_s"])))
+        for a in run.asks:
+            if (x := _f(a["answered_s"])) is not None:
+                spans[cls, names.get(int(a["seq"]), "")].append(_us(x - float(a["raised_s"])))
+    return {k: int(np.median(v)) for k, v in spans.items()}
+
+
 def _arrival_parts(
-    run: _Run, t0: float, window: float, pinned: bool, max_attempts: int
+    run: _Run,
+    t0: float,
+    window: float,
+    pinned: bool,
+    max_attempts: int,
+    typical: dict[tuple[str, str], int],
 ) -> tuple[dict[str, Any], tuple[tuple[Attempt, ...], ...], tuple[Answer | None, ...], str]:
     """The contract (run_id not set), attempts and answers of one run replayed from `t0`, and
-    its template's name."""
+    its template's name. What the window's end cut (an attempt still going, a step not reached,
+    an ask not answered) lasts past the end: its typical time, or to 1 µs past the end when that
+    is longer — so a replay of the window as recorded never ends it inside the window, and a
+    shifted copy (`Recorded.scale`) takes about what such a step takes."""
     r = run.row
     needs: dict[str, dict[str, Any]] = json.loads(r["needs"])
     template = _needs_name(needs)
     assigned: dict[str, str] = _json(r["assigned"]) or {}
     started = _f(r["started_s"])
     cancel = _f(r["cancelled_s"]) if started is not None else None
-    long_us = _us(window - t0) + US  # past the replay's end
+    past_end = _us(window) + 1  # 1 µs past the window's end (window seconds, in µs)
     # The instants that let a daemon claim (or a person see an ask): the run's start, every
     # result and every answer — in the lab's record.
     touches = sorted(
@@ -404,13 +428,16 @@ def _arrival_parts(
             ok = bool(ask and ask["ok"] == "true")
             if cancel is not None and (answered is None or answered > cancel):
                 answered, ok = cancel, False
+            typ = typical.get((r["needs"], s["name"]), 0)
             if raised is not None and answered is not None:
                 answers.append(Answer((_us(answered) - ready(_us(raised))) / US, ok))
             else:
-                answers.append(Answer(long_us / US, True))
+                since = ready(_us(raised)) if raised is not None else touches[-1]
+                answers.append(Answer(max(past_end - since, typ) / US, True))
             outcomes.append(())
         else:
             step = {"name": s["name"], "role": s["role"], "uses": "sim", "with": {}}
+            typ = typical.get((r["needs"], s["name"]), 0)
             tried: list[Attempt] = []
             for a in sorted(by_seq.get(seq, []), key=lambda a: int(a["attempt"])):
                 claimed, result = float(a["claimed_s"]), _f(a["result_s"])
@@ -422,14 +449,14 @@ def _arrival_parts(
                 if cancel is not None and (result is None or result > cancel):
                     result, outcome = cancel, "fail"
                 start = ready(_us(claimed))
-                end = _us(result) if result is not None else start + long_us
+                end = _us(result) if result is not None else max(past_end, start + typ)
                 tried.append(Attempt((end - start) / US, outcome))
             if not tried:
                 if cancel is not None:  # never claimed before the cancel: it fails there
                     start = ready(_us(cancel))
                     tried.append(Attempt((_us(cancel) - start) / US, "fail"))
                 else:  # never claimed in the window
-                    tried.append(Attempt(long_us / US, "pass"))
+                    tried.append(Attempt(max(past_end - touches[-1], typ) / US, "pass"))
             while len(tried) < max_attempts:  # a replay that diverges may try more often
                 tried.append(tried[-1])
             outcomes.append(tuple(tried))
@@ -549,12 +576,13 @@ def plan_parts(scenario: Scenario) -> Parts:
     kept = [(run, s) for run, s in states if s is not None]
     _, events = _fleet_events(folder, t0, runs, ids, st.advert_ttl_s)
 
+    typical = _typical(runs)
     pins: set[str] = set()
     items: list[tuple[Any, ...]] = []
     for run, s in kept:
         pinned = s == "running"
         contract, outcomes, answers, template = _arrival_parts(
-            run, t0, window, pinned, st.max_attempts
+            run, t0, window, pinned, st.max_attempts, typical
         )
         if pinned:
             pins.update(str(v[PIN]) for v in contract["roles"].values() if PIN in v)

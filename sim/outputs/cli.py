@@ -5,6 +5,7 @@
     python -m sim run SCENARIO [--set key=value ...] [--broker mediator|model] [--out DIR]
     python -m sim plan SCENARIO --sizes 3,4,5 --wait 600 [--quantile 0.95] [...]
     python -m sim report [--out reports/] [--scale full|ci]
+    python -m sim report --twin DIR [--out reports/lab] [--wait S] [--set key=value ...]
     python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.outputs.gate)
     python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
     python -m sim twin export --database-url URL --since T --until T --out DIR [--pseudonymize]
@@ -51,6 +52,7 @@ from sim.outputs.audit import add_parsers as add_twin_parsers
 from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate's rule coverage
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
+from sim.outputs.twinreport import twin_report
 from sim.studies.plan import plan
 
 
@@ -188,6 +190,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.twin:  # the report for one lab, from its exported twin (sim.outputs.twinreport)
+        sc = _scenario(args.twin, args.set or [])
+        target = {"quantile": args.quantile, "wait_s": args.wait}
+        done = twin_report(sc, Path(args.out), target=target, growth=args.growth)
+        print(done.headline())
+        print(f"wrote {done.path}")
+        return 0
     return main_job(Path(args.out), scale=args.scale, database_url=args.database_url)
 
 
@@ -303,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     rep = _parser(sub, "report", "the main job: every scenario, charts, a summary table")
     rep.add_argument("--out", default="reports", help="the report's folder")
+    rep.add_argument("--twin", metavar="DIR", help="the report for one lab: its exported twin")
+    rep.add_argument("--wait", type=float, default=600.0, help="(--twin) the target wait, s")
+    rep.add_argument("--quantile", type=float, default=0.95, help="(--twin) the target quantile")
+    rep.add_argument("--growth", type=float, default=1.5, help="(--twin) the grown load's factor")
+    rep.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="(--twin) the lab's settings, e.g. settings.advert_ttl_s=30",
+    )
     rep.add_argument(
         "--scale",
         choices=("full", "ci"),

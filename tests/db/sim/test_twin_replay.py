@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -26,6 +27,7 @@ from sim.inputs.scenarios import Settings
 from sim.inputs.twin import TwinError, lab_day, recorded_decisions
 from sim.outputs.audit import audit, production, replay, starting_at
 from sim.outputs.cli import main
+from sim.outputs.twinreport import twin_report
 from tests.db.conftest import EPOCH, ManualClock, advert
 
 LAB = lab_day(hours=2.0, seed=3)
@@ -376,3 +378,29 @@ def test_capacity_plans_work_on_a_twin(day: tuple[Any, Path]) -> None:
     assert frame["wait_p95_s"].is_monotonic_decreasing
     per = sim.plan(twin, {"quantile": 0.95, "wait_s": 600}, [1, 2, 3, 4], per_class=True)
     assert per.counts is not None and set(per.counts) == {g.id_prefix for g in twin.fleet.groups}
+
+
+# ---- the lab's report (issue 27 §5) ----------------------------------------------------------
+
+
+def test_the_twin_report_answers_for_that_lab(
+    day: tuple[Any, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m sim report --twin DIR`: nodes per class at the recorded and at grown load,
+    each what-if against the recorded replay, the audit's verdict."""
+    _lab, out = day
+    sets = ["--set", "fleet.advert_interval_s=10"]
+    assert main(["report", "--twin", str(out), "--out", str(tmp_path), "--wait", "900", *sets]) == 0
+    printed = capsys.readouterr().out
+    assert "To keep the p95 wait within 15 min:" in printed and "at the recorded load" in printed
+    assert "Audit: clean: all" in printed
+    page = (tmp_path / "index.html").read_text()
+    for row in ("as recorded", "+1 board=stm32", "−1 host=linux", "arrivals ×1.5", "wake 7 off",
+                "max_width 1", "stm32-000 dark"):  # fmt: skip
+        assert f"<td>{row}" in page, row
+    rep = twin_report(load(out), target={"wait_s": 900})
+    assert rep.today.counts is not None
+    fewer_hosts = next(w for w in rep.what_ifs if w.name == "−1 host=linux")
+    assert fewer_hosts.p95_s >= rep.recorded.p95_s
+    narrow = next(w for w in rep.what_ifs if w.name == "max_width 1")
+    assert np.isnan(narrow.by_class["arch=arm,board=imx8+"])  # its two-role runs: TOO_WIDE
