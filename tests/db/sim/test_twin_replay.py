@@ -29,6 +29,7 @@ from sim.outputs.audit import audit, production, replay, starting_at
 from sim.outputs.cli import main
 from sim.outputs.twinreport import twin_report
 from tests.db.conftest import EPOCH, ManualClock, advert
+from tests.db.sim.test_twin_export import DAY, SINCE, UNTIL, play_the_day
 
 LAB = lab_day(hours=2.0, seed=3)
 
@@ -404,3 +405,31 @@ def test_the_twin_report_answers_for_that_lab(
     assert fewer_hosts.p95_s >= rep.recorded.p95_s
     narrow = next(w for w in rep.what_ifs if w.name == "max_width 1")
     assert np.isnan(narrow.by_class["arch=arm,board=imx8+"])  # its two-role runs: TOO_WIDE
+
+
+def test_the_export_tests_day_replays_exactly(dsn: str, tmp_path: Path) -> None:
+    """The export test's hand-played day (tests/db/sim/test_twin_export.py) — a run running at
+    --since, a step retried, an ask answered after a minute, a run cancelled while running, a
+    drain, a restart, a run still going at --until — replays to the same decisions."""
+    clock = ManualClock()
+    med = Mediator.connect(dsn, config=DAY, clock=clock, records_root=str(tmp_path / "records"))
+    try:
+        play_the_day(med, clock)
+    finally:
+        med.close()
+    out = tmp_path / "twin"
+    sim.twin.export(dsn, SINCE, UNTIL, out, progress=False)
+    settings = Settings(advert_ttl_s=86_400, lease_ttl_s=86_400)
+    twin = sim.twin.load(out, settings=settings, advert_interval_s=3600.0)
+    for broker in ("model", "mediator"):
+        rep = replay(twin, broker)
+        assert rep.divergence is None, (broker, rep.divergence.text())
+        assert [d.run_id for d in rep.lab] == ["b", "c", "late"]
+    # the run running at --since starts at 0 on X, pinned; its step ends where it did (50 s)
+    plan = sim.materialize(twin)
+    early = plan.arrivals[plan.source_ids.index("early")]
+    assert early.contract["roles"]["dut"] == {"board": "x", "twin.node": "X"}
+    assert early.step_outcomes[0][0] == (50.0, "pass")
+    # c, cancelled while running at 420 s, fails there
+    c = plan.arrivals[plan.source_ids.index("c")]
+    assert (c.at_s, c.step_outcomes[0][0]) == (400.0, (20.0, "fail"))
