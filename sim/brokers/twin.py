@@ -19,6 +19,10 @@ a key, ``r-``/``n-``/``w-`` and 16 hex digits. The same key gives the same pseud
 and every export (two months exported under one key join); without a key the export draws one at
 random and keeps it nowhere. Node labels are dropped and ask texts never leave the database
 (only their instants and ``ok``); capabilities are kept — a replay matches on them.
+
+The replay's side is `sim.inputs.twin` (re-exported here: ``sim.twin.load(DIR)`` and the what-ifs
+``with_nodes``, ``dark``, ``scaled``); `simulate_lab` simulates a lab on the real Mediator and keeps
+its database, for a twin the project generates itself (the tests, notebook 05).
 """
 
 from __future__ import annotations
