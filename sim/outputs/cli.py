@@ -174,7 +174,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         result.to_html(out / "plan.html")
-        result.plot().savefig(out / "plan.png", dpi=110)  # plot() returns the figure
+        result.plot(path=out / "plan.png")
         print(f"wrote {out}/")
     return 0
 

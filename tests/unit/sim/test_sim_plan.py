@@ -160,13 +160,22 @@ def test_a_callable_workload(threads) -> None:
     assert p.scenario_name == "steady"
 
 
-def test_plot_and_html(threads, tmp_path) -> None:
+def test_plot_and_html(threads, tmp_path, monkeypatch, capsys) -> None:
     import matplotlib.pyplot as plt
 
     p = steady_plan(threads)
+    monkeypatch.chdir(tmp_path)
     fig = p.plot()
     assert len(fig.axes) == 2
     plt.close(fig)
+    # issue 29: in a plain script there is no display (the Agg backend, as here), so plt.show()
+    # would show nothing: plot() writes the chart to the working directory and says where.
+    written = tmp_path / "capacity-plan.png"
+    assert written.read_bytes().startswith(b"\x89PNG")
+    assert f"capacity plan chart written to {written}" in capsys.readouterr().out
+    chosen = tmp_path / "mine.png"
+    plt.close(p.plot(path=chosen))
+    assert chosen.is_file()
     out = tmp_path / "plan.html"
     doc = p.to_html(out)
     assert out.read_text().strip() == doc.strip()
