@@ -356,7 +356,9 @@ def test_the_confirmation_difference_is_computed_job_by_job_from_both_runs(threa
     short = [dataclasses.replace(r, waits=r.waits[:-1], unstarted=1)
              if r.engine == "mediator" and r.size == 4 else r
              for r in confirmed.replications]  # fmt: skip
-    assert dataclasses.replace(p, replications=short).confirmation_check().max_abs_diff_s == math.inf
+    assert (
+        dataclasses.replace(p, replications=short).confirmation_check().max_abs_diff_s == math.inf
+    )
 
 
 def test_the_chart_reads_in_the_targets_unit_with_waits_above_it_written_out(threads) -> None:
@@ -375,5 +377,7 @@ def test_the_chart_reads_in_the_targets_unit_with_waits_above_it_written_out(thr
     over = p.grid[p.grid["wait_p95_s"] > 1800]
     assert len(over)  # 2 nodes wait far longer than 30 min on these jobs
     labels = [t.get_text() for t in wait_ax.texts]
-    assert len(labels) == len(over) and all(lab.split()[-1] in ("min", "h", "days") for lab in labels)
+    assert len(labels) == len(over) and all(
+        lab.split()[-1] in ("min", "h", "days") for lab in labels
+    )
     plt.close(fig)
