@@ -1143,6 +1143,6 @@ def _confirm_note(near: Sequence[int], n: int, jobs: int, capped: bool) -> str:
         f"Confirmation on the real Mediator: sizes {', '.join(map(str, near))}, {size}, "
         f"{n} replication(s), side by side, beside the model on the same runs. It checks that the "
         f"Mediator schedules these runs exactly as the model did (the largest per-run wait "
-        f"difference); the target itself is judged on the grid. (confirm_runs=N shortens it, "
-        f"confirm_replications=0 skips it.)"
+        f"difference); the target itself is judged on the grid. To shorten it: confirm_runs=N "
+        f"(--confirm-runs N); to skip it: confirm_replications=0 (--confirm-replications 0)."
     )

@@ -381,3 +381,38 @@ def test_the_chart_reads_in_the_targets_unit_with_waits_above_it_written_out(thr
         lab.split()[-1] in ("min", "h", "days") for lab in labels
     )
     plt.close(fig)
+
+
+def test_sim_plan_confirms_a_bounded_prefix_unless_told_and_says_how_to_skip(capsys) -> None:
+    """issue 29 §7: `python -m sim plan` passed no bound, so the confirmation replayed the whole
+    workload on the real Mediator (98 % of the command's time). It now replays CONFIRM_RUNS runs
+    unless told `--confirm-runs all`; the help and the printed note say how to shorten or skip."""
+    from sim.outputs import cli
+    from sim.studies.plan import CONFIRM_RUNS
+
+    parser = cli.build_parser()
+    assert (
+        parser.parse_args(["plan", "steady", "--sizes", "3", "--wait", "5"]).confirm_runs
+        == CONFIRM_RUNS
+        == 1500
+    )
+    assert (
+        parser.parse_args(
+            ["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "all"]
+        ).confirm_runs
+        is None
+    )
+    assert (
+        parser.parse_args(
+            ["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "200"]
+        ).confirm_runs
+        == 200
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "0"])
+    assert "expected at least 1 run, got 0" in capsys.readouterr().err
+    from sim.studies.plan import _confirm_note
+
+    note = _confirm_note([3, 4, 5], 2, 1500, True)
+    assert "the first 1,500 runs" in note
+    assert "--confirm-runs N" in note and "--confirm-replications 0" in note
