@@ -47,7 +47,7 @@ def lab(dsn: str, tmp_path: Path) -> Iterator[tuple[Mediator, ManualClock]]:
 
 def one_step(run_id: str) -> dict[str, Any]:
     return {"run_id": run_id, "roles": {"dut": {"board": "x"}},
-            "steps": [{"name": "test", "role": "dut"}]}  # fmt: skip
+            "steps": [{"name": "test", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
 
 
 def at(clock: ManualClock, t: float) -> None:
@@ -79,9 +79,9 @@ def play_the_day(med: Mediator, clock: ManualClock) -> None:
     at(clock, 300)
     med.submit({
         "run_id": "b", "work_id": "nightly", "roles": {"dut": {"board": "x"}},
-        "steps": [{"name": "flash", "role": "dut"},
+        "steps": [{"name": "flash", "role": "dut", "with": {"cmd": "true"}},
                   {"name": "probe", "kind": "ask", "ask": "Clip the probe", "after": ["flash"]},
-                  {"name": "verify", "role": "dut", "after": ["probe"]}],
+                  {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}}],
     })  # fmt: skip
     at(clock, 310)
     do_step(med, "b", 0, None)
@@ -256,7 +256,9 @@ def test_the_fleet_at_since_sees_an_expiry_no_reaper_noticed(dsn: str, tmp_path:
 def test_a_database_of_another_schema_version_is_refused(dsn: str, tmp_path: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE schema_version SET version = 6")
-    with pytest.raises(MediatorError, match="schema version 6; this reader needs 8"):
+    with pytest.raises(
+        MediatorError, match=f"schema version 6; this reader needs {SCHEMA_VERSION}"
+    ):
         sim.twin.export(dsn, SINCE, UNTIL, tmp_path / "twin", progress=False)
     assert not (tmp_path / "twin" / "twin.json").exists()
 
