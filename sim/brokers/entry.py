@@ -50,7 +50,7 @@ def run(
         database_url: (mediator) a PostgreSQL server to create the run's database on (its user
             may create databases); ``None`` starts an embedded cluster once per process.
         progress: (mediator) a progress bar (tqdm; the notebook flavour inside Jupyter), or a
-            callback.
+            callback called every few thousand events with the runs submitted so far.
         template: (mediator) create the run's database as a copy of this schema-loaded database
             on the same server (``database_url``), instead of an empty one.
         drop: (mediator) drop the run's database once the result is read (a sweep on a shared

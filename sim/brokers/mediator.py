@@ -383,15 +383,15 @@ def simulate(
 
         bar = tqdm(total=len(plan.arrivals), desc=plan.scenario.name, unit="run", leave=False)
 
-        def callback(_steps: int) -> None:
-            bar.update(broker.counts["submit"] - bar.n)
+        def callback(submitted: int) -> None:
+            bar.update(submitted - bar.n)
 
     broker = MediatorBroker(plan, med, clock)
 
-    def every(events: int) -> None:
+    def every(_events: int) -> None:
         broker.check_invariants()
         if callback is not None:
-            callback(events)
+            callback(broker.counts["submit"])  # runs submitted so far (of len(plan.arrivals))
 
     driver = Driver(plan, broker, every=CHECK_EVERY, hook=every)
     started = time.perf_counter()
@@ -404,8 +404,9 @@ def simulate(
     finally:
         if cpu is not None:
             cpu.release()
+        if callback is not None:
+            callback(broker.counts["submit"])
         if bar is not None:
-            bar.update(broker.counts["submit"] - bar.n)
             bar.close()
     out = EngineOutput(end, driver.stuck_rows, broker.violations, dict(broker.counts),
                        time.perf_counter() - started, broker.med_s)  # fmt: skip

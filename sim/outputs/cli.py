@@ -53,7 +53,7 @@ from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
 from sim.outputs.twinreport import twin_report
-from sim.studies.plan import plan
+from sim.studies.plan import CONFIRM_RUNS, plan
 
 
 def _scenario(name: str, sets: list[str]) -> Scenario:
@@ -165,6 +165,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.violations else 0
 
 
+def _confirm_runs(text: str) -> int | None:
+    """``--confirm-runs``: a positive count, or ``all`` (None: the whole workload)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of runs or 'all', got {text!r}"
+        ) from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 run, got {n}")
+    return n
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     sc = _scenario(args.scenario, args.set or [])
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -184,7 +199,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         result.to_html(out / "plan.html")
-        result.plot().savefig(out / "plan.png", dpi=110)  # plot() returns the figure
+        result.plot(path=out / "plan.png")
         print(f"wrote {out}/")
     return 0
 
@@ -287,9 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--confirm-runs",
-        type=int,
-        default=None,
-        help="runs in the confirmation (default: the plan's bound, see sim.plan)",
+        type=_confirm_runs,
+        default=CONFIRM_RUNS,
+        metavar="N|all",
+        help=f"runs each confirmation simulation replays on the real Mediator (default "
+        f"{CONFIRM_RUNS:,}, the first ones; 'all': the whole workload). The confirmation is "
+        "most of a plan's time: --confirm-replications 0 skips it",
     )
     p.add_argument(
         "--batches",

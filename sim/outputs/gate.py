@@ -218,7 +218,7 @@ def project_version() -> str:
 def summary_json(result: Any) -> str:
     """The text of a case's ``summary.json``: ``summary()`` without its wall-clock figures, keys
     sorted — what the seed alone determines, so recording it again changes no byte."""
-    summary = {k: v for k, v in plain(result.summary()).items() if k not in _UNSTABLE}
+    summary = {k: v for k, v in plain(result.summary(digits=None)).items() if k not in _UNSTABLE}
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
 
 
@@ -603,7 +603,7 @@ def check_case(job: _Job) -> Outcome:
     if div is not None:
         div.queue = result.queued_before(div.index, div.at_s)
     out.divergence = div
-    summary = plain(result.summary())
+    summary = plain(result.summary(digits=None))
     out.metrics = drift(base.summary, summary, job.tolerance or 0.0)
     ok = div is None if mode == "exact" else not any(m.moved for m in out.metrics)
     out.status = "pass" if ok and not out.violations else "fail"

@@ -243,5 +243,40 @@ def render(
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
     path = target / f"{Path(book).stem}.html"
-    path.write_text(to_html(nb), encoding="utf-8")
+    path.write_text(to_html(conceal(nb, database_url)), encoding="utf-8")
     return path
+
+
+#: What a rendered notebook shows instead of the server URL it was given.
+CONCEALED_URL = "<the report's PostgreSQL server>"
+
+
+def conceal(nb: Any, database_url: str | None) -> Any:
+    """The executed notebook as a reader should see it: the database URL it was given — a
+    temporary socket directory, perhaps a password — replaced by ``CONCEALED_URL`` in the
+    injected parameters and in every output (the URL means nothing to a reader and must not
+    leak into a published page).
+
+    Args:
+        nb: an executed notebook (changed in place).
+        database_url: the URL to hide; None hides nothing.
+
+    Returns:
+        The notebook.
+    """
+    if not database_url:
+        return nb
+    shown = repr(CONCEALED_URL)
+
+    def scrub(text: str) -> str:
+        return text.replace(repr(database_url), shown).replace(database_url, CONCEALED_URL)
+
+    for cell in nb.cells:
+        cell.source = scrub(cell.source)
+        for output in cell.get("outputs", []):
+            if "text" in output:
+                output["text"] = scrub(output["text"])
+            for mime, value in output.get("data", {}).items():
+                if isinstance(value, str):
+                    output["data"][mime] = scrub(value)
+    return nb

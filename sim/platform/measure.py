@@ -11,9 +11,11 @@ leave as float seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter as _get
@@ -111,7 +113,7 @@ class Result:
         out["utilization"] = out["busy_s"] / end if end else 0.0
         return out
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, digits: int | None = 4) -> dict[str, Any]:
         """Counts, throughput, waits of the measured runs with intervals, utilization, stuck
         time, advert share, virtual seconds per wall second.
 
@@ -119,7 +121,17 @@ class Result:
         (`sim.analysis.wait_statistics`; each `Interval` names its method), which hold for
         correlated waits; a run too short for its load adds `warnings` (the command line
         prints them). Replications (`replicate`) are stronger still.
+
+        Args:
+            digits: significant digits every float (and every interval's bounds) is rounded to,
+                so the dict reads at a glance (``4.444``, not ``4.444444444443``); figures of
+                ``10**digits`` and more keep no decimals. None: full precision (what
+                ``save`` writes to ``summary.json`` and what the gate compares).
         """
+        full = self._summary()
+        return full if digits is None else rounded(full, digits)
+
+    def _summary(self) -> dict[str, Any]:
         runs = self.runs[~self.runs["warmup"]]
         waits = runs["wait_s"].dropna().to_numpy(dtype=float)
         out: dict[str, Any] = {
@@ -212,7 +224,8 @@ class Result:
             getattr(self, name).to_csv(d / f"{name}.csv", index=False)
         self.events.to_csv(d / "events.csv", index=False)
         self.utilization().to_csv(d / "utilization.csv", index=False)
-        (d / "summary.json").write_text(json.dumps(plain(self.summary()), indent=2) + "\n")
+        summary = plain(self.summary(digits=None))
+        (d / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         (d / "manifest.json").write_text(json.dumps(self.manifest, indent=2) + "\n")
         (d / "violations.txt").write_text("".join(v + "\n" for v in self.violations))
         plots.save_all(self, d)
@@ -222,6 +235,34 @@ class Result:
 # One result type for every broker; the old names stay importable for one release.
 ModelResult = Result
 SimResult = Result
+
+
+def round_to(x: float, digits: int) -> float:
+    """`x` to `digits` significant digits (``4.444444 → 4.444``, ``0.0012345 → 0.001235``), but
+    never rounding the whole part (``123456.7 → 123457``); inf and NaN unchanged."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    return round(x, max(0, digits - 1 - math.floor(math.log10(abs(x)))))
+
+
+def rounded(obj: Any, digits: int) -> Any:
+    """`obj` with every float — in dicts, lists and intervals — rounded by `round_to`."""
+    if isinstance(obj, bool | int | str) or obj is None:
+        return obj
+    if isinstance(obj, float | np.floating):
+        return round_to(float(obj), digits)
+    if isinstance(obj, dict):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rounded(v, digits) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {
+            f.name: rounded(getattr(obj, f.name), digits)
+            for f in dataclasses.fields(obj)
+            if isinstance(getattr(obj, f.name), float)
+        }
+        return dataclasses.replace(obj, **fields)
+    return obj
 
 
 def plain(obj: Any) -> Any:

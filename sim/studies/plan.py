@@ -43,9 +43,11 @@ import html
 import io
 import math
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,8 @@ class PlanTask:
         rep: the replication index (same index, same seed at every size).
         engine: ``"model"`` or ``"mediator"``.
         database_url: the PostgreSQL server the Mediator's fresh database is created on.
+        progress_path: a file the simulation keeps rewriting with the number of runs it has
+            submitted so far (the confirmation's progress bar reads it; None: no progress).
     """
 
     scenario: Scenario
@@ -84,6 +88,7 @@ class PlanTask:
     rep: int
     engine: str
     database_url: str | None = None
+    progress_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class Replication:
         utilization: mean share of time the nodes held a lease.
         wall_s: wall-clock seconds the simulation took.
         violations: invariant breaches the real Mediator's run found (0 for the model).
+        stage: ``"grid"`` or ``"confirm"`` (the confirmation's simulations, both engines).
     """
 
     size: int
@@ -112,6 +118,7 @@ class Replication:
     utilization: float
     wall_s: float
     violations: int = 0
+    stage: str = "grid"
 
 
 def simulate_one(task: PlanTask) -> Replication:
@@ -123,11 +130,23 @@ def simulate_one(task: PlanTask) -> Replication:
     Returns:
         The replication's waits and utilization.
     """
+    return _simulate(task, None)
+
+
+def _simulate(task: PlanTask, callback: Callable[[int], None] | None) -> Replication:
+    """``simulate_one``, with the Mediator's progress going to ``callback`` (runs submitted so
+    far) or else to the task's progress file."""
     if task.engine not in BROKERS:
         raise ValueError(f"engine {task.engine!r} not in {BROKERS}")
+    progress: Any = False
+    if task.engine == "mediator":
+        if callback is not None:
+            progress = callback
+        elif task.progress_path is not None:
+            progress = functools.partial(_write_progress, task.progress_path)
     with _task_template(task.database_url if task.engine == "mediator" else None) as template:
-        result = run(task.scenario, task.engine, database_url=task.database_url, progress=False,
-                     template=template, drop=task.database_url is not None,
+        result = run(task.scenario, task.engine, database_url=task.database_url,
+                     progress=progress, template=template, drop=task.database_url is not None,
                      record_events=False)  # fmt: skip
     violations = len(result.violations)
     runs = result.runs[~result.runs["warmup"].astype(bool)]
@@ -144,6 +163,23 @@ def simulate_one(task: PlanTask) -> Replication:
         wall_s=float(result.wall_s),
         violations=violations,
     )
+
+
+def _write_progress(path: str, submitted: int) -> None:
+    """Write a simulation's progress (runs submitted so far) where the parent's bar reads it: a
+    file works across a spawned or forked pool without another process or a queue."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(str(int(submitted)))
+    os.replace(tmp, path)
+
+
+def _read_progress(path: str) -> int:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 @contextlib.contextmanager
@@ -171,6 +207,63 @@ def _task_template(database_url: str | None) -> Iterator[str | None]:
 def _pct(q: float) -> str:
     """0.95 → "p95", 0.999 → "p99.9" (column names)."""
     return "p" + f"{q * 100:.6g}"
+
+
+def _ordinal(q: float) -> str:
+    """0.95 → "95th-percentile" (the chart's words)."""
+    return f"{q * 100:g}th-percentile"
+
+
+def _human(seconds: float) -> str:
+    """A wait for people: ``45 s``, ``12 min``, ``3.2 h``, ``11 days``."""
+    for size, unit in ((86_400.0, "days"), (3_600.0, "h"), (60.0, "min")):
+        if abs(seconds) >= 2 * size:
+            v = seconds / size
+            return f"{v:,.0f} {unit}" if abs(v) >= 10 else f"{v:.1f} {unit}"
+    return f"{seconds:.0f} s" if abs(seconds) >= 10 else f"{seconds:.2g} s"
+
+
+_NON_INTERACTIVE = ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template")  # matplotlib's
+
+
+def _headless() -> bool:
+    """Whether a chart cannot be shown: matplotlib's backend is a non-interactive one (Agg, which
+    ``sim.plots`` selects when there is no display) and this is not a notebook kernel (whose
+    inline backend shows every figure)."""
+    import sys
+
+    import matplotlib
+
+    if "ipykernel" in sys.modules:
+        return False
+    return matplotlib.get_backend().lower() in _NON_INTERACTIVE
+
+
+@dataclass(frozen=True)
+class ConfirmationCheck:
+    """The confirmation's finding (``CapacityPlan.confirmation_check``).
+
+    Attributes:
+        sizes: the fleet sizes replayed on the real Mediator (the recommendation and its grid
+            neighbours).
+        replications: simulations per size.
+        jobs: jobs (runs) each simulation replayed — the whole workload unless ``confirm_runs``
+            capped it (the smallest count if they differ).
+        max_abs_diff_s: the largest |wait on the real Mediator − wait on the model| over every
+            job of every confirmed simulation (0 when they agree, as they must; inf when they
+            did not start the same runs).
+        worst_size: the size where that largest difference occurred.
+        worst_job: its job's index in arrival order (-1 when there is no single job).
+        violations: invariant violations (I1–I7) the real Mediator's simulations found.
+    """
+
+    sizes: list[int]
+    replications: int
+    jobs: int
+    max_abs_diff_s: float
+    worst_size: int
+    worst_job: int
+    violations: int
 
 
 @dataclass(eq=False)
@@ -241,6 +334,42 @@ class CapacityPlan:
             return self.grid.copy()
         return pd.concat([self.grid, self.confirmation], ignore_index=True)
 
+    def confirmation_check(self) -> ConfirmationCheck | None:
+        """What the confirmation found, computed job by job from its simulations' waits: each
+        real-Mediator simulation beside the model's simulation of the same size and seed.
+
+        Returns:
+            None when nothing was confirmed; else the sizes, the jobs each simulation replayed,
+            and the largest per-job wait difference between the real Mediator and the model
+            (``inf`` when the two did not even start the same runs), with where it occurred.
+        """
+        conf = [r for r in self.replications if r.stage == "confirm"]
+        med = {(r.size, r.rep): r for r in conf if r.engine == "mediator"}
+        mod = {(r.size, r.rep): r for r in conf if r.engine == "model"}
+        if not med:
+            return None
+        worst, where = -1.0, (0, 0, -1)
+        for key in sorted(med):
+            a, b = med[key], mod[key]
+            if a.waits.shape != b.waits.shape or a.unstarted != b.unstarted:
+                worst, where = math.inf, (*key, -1)
+                break
+            if a.waits.size:
+                d = np.abs(a.waits - b.waits)
+                j = int(np.argmax(d))
+                if float(d[j]) > worst:
+                    worst, where = float(d[j]), (*key, j)
+        jobs = sorted({r.waits.size + r.unstarted for r in med.values()})
+        return ConfirmationCheck(
+            sizes=sorted({s for s, _ in med}),
+            replications=len({k for _, k in med}),
+            jobs=jobs[-1] if len(jobs) == 1 else jobs[0],
+            max_abs_diff_s=max(worst, 0.0),
+            worst_size=where[0],
+            worst_job=where[2],
+            violations=sum(r.violations for r in med.values()),
+        )
+
     def headline(self) -> str:
         """One sentence with the answer, e.g. for a notebook's markdown."""
         q, t = _pct(self.quantile), self.wait_s
@@ -268,16 +397,46 @@ class CapacityPlan:
                 )
         return text + "."
 
-    def plot(self, ax: Any = None) -> Any:
+    def plot(
+        self, ax: Any = None, path: str | os.PathLike[str] | None = None, title: str | None = None
+    ) -> Any:
         """The target quantile's wait per fleet size (with intervals, the target line, Erlang C
         where it applies, the Mediator's confirmation) and the utilization below it.
 
+        Waits are drawn in the target's unit (minutes for a ten-minute target) on a linear axis
+        up to three times the target; a size whose wait is above that is marked at the top edge
+        with its value written beside it ("11 days"), so the sizes that matter stay readable.
+
+        Where the chart goes: in a notebook it shows inline; with a display, ``plt.show()``
+        shows it. In a plain script without a display (matplotlib's non-interactive backend,
+        where ``plt.show()`` shows nothing) and without ``ax``, it is also written to
+        ``capacity-plan.png`` in the working directory, and the path is printed. ``path``
+        writes it there instead, in every case.
+
         Args:
             ax: two matplotlib axes (wait, utilization); None makes a new figure.
+            path: write the chart to this file (PNG, or any format matplotlib knows by suffix).
+            title: the chart's title (default: "Capacity plan: " and the scenario's name).
 
         Returns:
             The figure.
         """
+        fig = self._figure(ax, title)
+        if path is None and ax is None and _headless():
+            path = os.path.abspath("capacity-plan.png")
+            fig.savefig(path, dpi=110)
+            print(
+                f"capacity plan chart written to {path} (no display to show it on; "
+                "plot(path=...) chooses the file)",
+                flush=True,
+            )
+        elif path is not None:
+            fig.savefig(path, dpi=110)
+        return fig
+
+    def _figure(self, ax: Any = None, title: str | None = None) -> Any:
+        from matplotlib.ticker import PercentFormatter
+
         from sim import plots  # matplotlib, imported when a chart is drawn
 
         plt = plots.pyplot()  # (headless when no display is set)
@@ -291,42 +450,66 @@ class CapacityPlan:
             fig = wait_ax.figure
         col, base = self.column, self.column[:-2]
         g = self.grid
-        err = np.vstack([g[col] - g[base + "_low"], g[base + "_high"] - g[col]]).clip(min=0)
+        # The target's unit (s, min, h): a ten-minute target reads in minutes.
+        unit, name = plots.time_unit(3 * self.wait_s if self.wait_s > 0 else 180.0)
+        top = 3 * self.wait_s / unit if self.wait_s > 0 else None
+        est = g[col].to_numpy(dtype=float) / unit
+        low = g[base + "_low"].to_numpy(dtype=float) / unit
+        high = g[base + "_high"].to_numpy(dtype=float) / unit
+        shown = est if top is None else np.minimum(est, top)
+        err = np.vstack([shown - np.minimum(low, shown), np.minimum(high, top or np.inf) - shown])
         wait_ax.errorbar(
             g["size"],
-            g[col],
-            yerr=np.nan_to_num(err),
+            shown,
+            yerr=np.nan_to_num(err.clip(min=0)),
             fmt="o-",
             capsize=4,
-            label=f"{_pct(self.quantile)} wait, {self.engine}",
+            label=f"{_ordinal(self.quantile)} wait, "
+            + ("reference model" if self.engine == "model" else "real Mediator"),
         )
-        erl = g[f"erlang_{_pct(self.quantile)}_s"]
-        if np.isfinite(erl.to_numpy(dtype=float)).any():
-            wait_ax.plot(g["size"], erl, "--", color="#C44E52", label="Erlang C (M/M/c)")
+        if top is not None:
+            over = est > top
+            if over.any():
+                wait_ax.plot(g["size"][over], np.full(over.sum(), top), "^", color="#4C72B0", ms=9)
+                for size, value in zip(g["size"][over], est[over] * unit, strict=True):
+                    wait_ax.annotate(
+                        _human(value),
+                        (size, top),
+                        xytext=(0, -14),
+                        textcoords="offset points",
+                        ha="center",
+                        fontsize=8,
+                    )
+        erl = g[f"erlang_{_pct(self.quantile)}_s"].to_numpy(dtype=float)
+        if np.isfinite(erl).any():
+            wait_ax.plot(g["size"], erl / unit, "--", color="#C44E52", label="Erlang C (M/M/c)")
         c = self.confirmation
         if not c.empty:
             med = c[c["engine"] == "mediator"]
             wait_ax.plot(
                 med["size"],
-                med[col],
+                med[col] / unit,
                 "s",
                 mfc="none",
                 mec="black",
                 ms=11,
-                label="real Mediator (confirmation workload)",
+                label="real Mediator (confirmation)",
             )
-        wait_ax.axhline(self.wait_s, color="gray", ls=":", label=f"target {self.wait_s:g} s")
+        wait_ax.axhline(
+            self.wait_s / unit, color="gray", ls=":", label=f"target {_human(self.wait_s)}"
+        )
         if self.recommended is not None:
             wait_ax.axvline(self.recommended, color="#55A868", alpha=0.4, lw=6, label="recommended")
-        # Waits span orders of magnitude and are often 0: linear near 0, logarithmic above.
-        wait_ax.set_yscale("symlog", linthresh=max(1.0, self.wait_s / 10))
-        top = np.nanmax([*g[col], *g[base + "_high"], self.wait_s])
-        wait_ax.set_ylim(0, 3 * top if np.isfinite(top) and top > 0 else None)
-        wait_ax.set_ylabel("queue wait (s)")
-        wait_ax.set_title(f"Capacity plan: {self.scenario_name}")
+        if top is not None:
+            wait_ax.set_ylim(0, top * 1.04)
+        else:
+            wait_ax.set_ylim(bottom=0)
+        wait_ax.set_ylabel(f"{_ordinal(self.quantile)} queue wait ({name})")
+        wait_ax.set_title(title or f"Capacity plan: {self.scenario_name}")
         wait_ax.legend(fontsize=8, loc="upper right")
         util_ax.plot(g["size"], g["utilization"], "o-", color="#8172B2")
         util_ax.set_ylim(0, 1)
+        util_ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         util_ax.set_ylabel("utilization")
         util_ax.set_xlabel("fleet size (nodes)")
         util_ax.set_xticks(self.sizes)
@@ -371,7 +554,7 @@ class CapacityPlan:
         from sim import plots  # matplotlib, imported when a chart is drawn
 
         plt = plots.pyplot()
-        fig = self.plot()
+        fig = self._figure()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)
         plt.close(fig)
@@ -539,33 +722,105 @@ def _truncated(scenario: Scenario, runs: int | None) -> Scenario:
     return dataclasses.replace(scenario, horizon_runs=runs, warmup_runs=warmup)
 
 
-def _map(
-    pool: Executor | None, tasks: list[PlanTask], desc: str, progress: bool
-) -> list[Replication]:
-    """Run tasks (in order of the list) with a progress bar over their completions."""
-    bar: Any = None
-    # Submit first: a fork pool starts its workers on the first submit, before tqdm's monitor
-    # thread exists (forking a process with threads is unsafe).
+@dataclass(eq=False)
+class _Running:
+    """Tasks submitted to an executor (or, with none, to be run in-process by ``_collect``)."""
+
+    pool: Executor | None
+    tasks: list[PlanTask]
+    futures: list[Future[Replication]]
+    totals: dict[int, int]  # task index → runs, for the Mediator's tasks when the bar counts jobs
+    folder: str | None  # the progress files' directory
+
+
+def _start(pool: Executor | None, tasks: list[PlanTask], progress: bool) -> _Running:
+    """Submit tasks (nothing yet when there is no executor). With ``progress``, each real-Mediator
+    task writes its runs submitted so far to a file of its own, for a bar over jobs (a local
+    pool or in-process only: the files are on this machine, a Dask cluster's workers are not)."""
+    med = [i for i, t in enumerate(tasks) if t.engine == "mediator"]
+    local = pool is None or isinstance(pool, ProcessPoolExecutor)
+    folder = None
+    totals: dict[int, int] = {}
+    if progress and med and local:
+        folder = tempfile.mkdtemp(prefix="sim-plan-progress-")
+        tasks = [
+            dataclasses.replace(t, progress_path=os.path.join(folder, str(i)))
+            if t.engine == "mediator"
+            else t
+            for i, t in enumerate(tasks)
+        ]
+        totals = {i: _jobs(tasks[i].scenario) for i in med}
+    # Submit before any bar: a fork pool starts its workers on the first submit, before tqdm's
+    # monitor thread exists (forking a process with threads is unsafe).
     futures = [pool.submit(simulate_one, t) for t in tasks] if pool is not None else []
+    return _Running(pool, tasks, futures, totals, folder)
+
+
+def _collect(run: _Running, desc: str, progress: bool) -> list[Replication]:
+    """Wait for started tasks (in the order of the list) with a progress bar: over the jobs the
+    real Mediator's simulations have submitted when ``_start`` set that up (read twice a
+    second), else over the tasks' completions."""
+    tasks, totals = run.tasks, run.totals
+    bar: Any = None
     if progress:
         from tqdm.auto import tqdm  # type: ignore[import-untyped, unused-ignore]
 
-        bar = tqdm(total=len(tasks), desc=desc, unit="sim")
+        if totals:
+            bar = tqdm(total=sum(totals.values()), desc=desc, unit="job", smoothing=0.1)
+        else:
+            bar = tqdm(total=len(tasks), desc=desc, unit="sim")
+
+    def tick(done: set[int]) -> None:
+        if bar is None:
+            return
+        if not totals:
+            bar.update(len(done) - bar.n)
+            return
+        n = sum(
+            top if i in done else min(top, _read_progress(str(tasks[i].progress_path)))
+            for i, top in totals.items()
+        )
+        bar.update(n - bar.n)
+
     try:
-        if pool is None:
-            out = []
-            for t in tasks:
-                out.append(simulate_one(t))
-                if bar is not None:
-                    bar.update(1)
+        if run.pool is None:
+            out: list[Replication] = []
+            for i, t in enumerate(tasks):
+                callback = None
+                if bar is not None and i in totals:
+                    # In-process: the simulation's own callback drives the bar.
+                    def callback(n: int, base: int = bar.n, top: int = totals[i]) -> None:
+                        bar.update(base + min(n, top) - bar.n)
+
+                out.append(_simulate(t, callback))
+                tick(set(range(i + 1)))
             return out
-        if bar is not None:
-            for _ in as_completed(futures):
-                bar.update(1)
-        return [f.result() for f in futures]
+        pending = set(run.futures)
+        while pending:
+            _done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            tick({i for i, f in enumerate(run.futures) if f.done()})
+        return [f.result() for f in run.futures]
     finally:
         if bar is not None:
             bar.close()
+        if run.folder is not None:
+            shutil.rmtree(run.folder, ignore_errors=True)
+
+
+def _map(
+    pool: Executor | None, tasks: list[PlanTask], desc: str, progress: bool
+) -> list[Replication]:
+    """Run tasks (in order of the list) with a progress bar (``_start``, then ``_collect``)."""
+    return _collect(_start(pool, tasks, progress), desc, progress)
+
+
+def _jobs(scenario: Scenario) -> int:
+    """How many runs a scenario submits (its horizon, or its materialized arrivals)."""
+    if scenario.horizon_runs is not None:
+        return int(scenario.horizon_runs)
+    from sim.inputs.workload import materialize
+
+    return len(materialize(scenario).arrivals)
 
 
 def _check_target(target: Mapping[str, float]) -> tuple[float, float]:
@@ -739,27 +994,26 @@ def plan(
         meeting = grid.loc[grid["meets_target"], "size"]
         recommended = int(meeting.min()) if len(meeting) else None
 
-        confirm_reps: list[Replication] = []
-        crows: list[dict[str, Any]] = []
-        note = "No confirmation on the real Mediator."
+        grid_plan = CapacityPlan(
+            target=tgt,
+            sizes=sizes,
+            engine=engine,
+            grid=grid,
+            recommended=recommended,
+            confirmation=pd.DataFrame(),
+            replications=grid_reps,
+            scenario_name=scenarios[sizes[0]].name,
+            confirmation_note="No confirmation on the real Mediator.",
+        )
         # A grid on the Mediator needs no confirmation: it already is the real thing.
-        if recommended is not None and n_confirm and engine == "model":
-            i = sizes.index(recommended)
-            near = sizes[max(0, i - 1) : i + 2]
-            n = min(n_confirm, replications)
-            work = tasks(near, "mediator", n, confirm_runs) + tasks(near, "model", n, confirm_runs)
-            note = _confirm_note(near, n, work[0].scenario)
-            if progress:
-                print(note, flush=True)
-            confirm_reps = _map(pool, work, "confirmation", progress)
-            for s in near:
-                med = [r for r in confirm_reps if r.size == s and r.engine == "mediator"]
-                mod = [r for r in confirm_reps if r.size == s and r.engine == "model"]
-                diff = max(_max_abs_diff(a, b) for a, b in zip(med, mod, strict=True))
-                sc = _truncated(scenarios[s], confirm_runs)
-                for eng, reps in (("mediator", med), ("model", mod)):
-                    row = _row("confirm", eng, s, reps, sc, quantiles, tgt, batches)
-                    crows.append({**row, "max_abs_diff_s": diff})
+        if recommended is None or not n_confirm or engine != "model":
+            return grid_plan
+        url = server()
+        pending = _start_confirmation(
+            grid_plan, scenarios, seeds, min(n_confirm, replications), confirm_runs, url, pool,
+            batches, progress,
+        )  # fmt: skip
+        return pending.result(progress)
     finally:
         if own_pool and pool is not None:
             pool.shutdown()
@@ -767,26 +1021,132 @@ def plan(
             client.close()
         if embedded is not None:
             embedded.stop()
-    return CapacityPlan(
-        target=tgt,
-        sizes=sizes,
-        engine=engine,
-        grid=grid,
-        recommended=recommended,
-        confirmation=pd.DataFrame(crows),
-        replications=grid_reps + confirm_reps,
-        scenario_name=scenarios[sizes[0]].name,
-        confirmation_note=note,
+
+
+@dataclass(eq=False)
+class PendingConfirmation:
+    """A confirmation submitted to an executor (``start_confirmation``): the recommended size
+    and its grid neighbours on the real Mediator, the model beside them. ``result()`` waits for
+    it (with a progress bar over the jobs) and returns the confirmed plan.
+
+    Attributes:
+        note: what it runs and what it shows (``CapacityPlan.confirmation_note``).
+        jobs: jobs each real-Mediator simulation replays.
+        sizes: the fleet sizes it replays.
+    """
+
+    grid_plan: CapacityPlan
+    scenarios: dict[int, Scenario]  # by size, as confirmed (capped at ``runs``)
+    running: _Running
+    note: str
+    jobs: int
+    sizes: list[int]
+    batches: int
+
+    def result(self, progress: bool = True) -> CapacityPlan:
+        """Wait for the confirmation and return the plan with it (``confirmation``,
+        ``confirmation_check()``)."""
+        p = self.grid_plan
+        reps = [
+            dataclasses.replace(r, stage="confirm")
+            for r in _collect(self.running, "confirmation on the real Mediator", progress)
+        ]
+        quantiles = sorted({*QUANTILES, p.quantile})
+        crows: list[dict[str, Any]] = []
+        for s in self.sizes:
+            med = [r for r in reps if r.size == s and r.engine == "mediator"]
+            mod = [r for r in reps if r.size == s and r.engine == "model"]
+            diff = max(_max_abs_diff(a, b) for a, b in zip(med, mod, strict=True))
+            sc = self.scenarios[s]
+            for eng, rs in (("mediator", med), ("model", mod)):
+                row = _row("confirm", eng, s, rs, sc, quantiles, p.target, self.batches)
+                crows.append({**row, "max_abs_diff_s": diff})
+        return dataclasses.replace(
+            p,
+            confirmation=pd.DataFrame(crows),
+            replications=[*p.replications, *reps],
+            confirmation_note=self.note,
+        )
+
+
+def _start_confirmation(
+    p: CapacityPlan,
+    scenarios: Mapping[int, Scenario],
+    seeds: Sequence[int],
+    n: int,
+    runs: int | None,
+    database_url: str,
+    pool: Executor | None,
+    batches: int,
+    progress: bool,
+) -> PendingConfirmation:
+    assert p.recommended is not None
+    i = p.sizes.index(p.recommended)
+    near = p.sizes[max(0, i - 1) : i + 2]
+    capped = {s: _truncated(scenarios[s], runs) for s in near}
+    # The Mediator's simulations first: they are the long ones, so a pool starts them first.
+    work = [
+        PlanTask(dataclasses.replace(capped[s], seed=seeds[k]), s, k, eng, url)
+        for eng, url in (("mediator", database_url), ("model", None))
+        for s in near
+        for k in range(n)
+    ]
+    jobs = _jobs(work[0].scenario)
+    note = _confirm_note(near, n, jobs, capped[near[0]] is not scenarios[near[0]])
+    if progress:
+        print(note, flush=True)
+    return PendingConfirmation(p, capped, _start(pool, work, progress), note, jobs, near, batches)
+
+
+def start_confirmation(
+    p: CapacityPlan,
+    workload: Workload,
+    executor: Executor | None,
+    database_url: str,
+    *,
+    group: int | str = 0,
+    replications: int | None = None,
+    runs: int | None = None,
+    batches: int = 10,
+    progress: bool = True,
+) -> PendingConfirmation | None:
+    """Submit the confirmation of a plan made with ``confirm_replications=0`` and return at once,
+    so other work can share the executor meanwhile (the report runs its scenarios beside it);
+    ``.result()`` waits for it. ``plan`` itself confirms this way and waits at once.
+
+    Args:
+        p: the grid's plan (on the model, for ``workload``).
+        workload: the same workload the plan was made for.
+        executor: where the simulations run (None: in-process, when ``result()`` is called).
+        database_url: the PostgreSQL server the Mediator's databases are created on.
+        group: as for ``plan``.
+        replications: replications per size (None: as many as the grid, at most 2).
+        runs: cap each simulation at this many runs (None, the default here: every job).
+        batches: as for ``plan``.
+        progress: print what it runs now, and show a bar over the jobs in ``result()``.
+
+    Returns:
+        The running confirmation, or None when there is nothing to confirm (no size met the
+        target, or the grid already ran on the Mediator).
+    """
+    if p.recommended is None or p.engine != "model":
+        return None
+    grid_reps = int(p.grid["replications"].iloc[0])
+    n = min(grid_reps, 2) if replications is None else min(replications, grid_reps)
+    scenarios = {s: sized(workload, s, group) for s in p.sizes}
+    seeds = _seeds(scenarios[p.sizes[0]].seed, grid_reps)
+    return _start_confirmation(
+        p, scenarios, seeds, n, runs, database_url, executor, batches, progress
     )
 
 
-def _confirm_note(near: Sequence[int], n: int, scenario: Scenario) -> str:
+def _confirm_note(near: Sequence[int], n: int, jobs: int, capped: bool) -> str:
     """What the confirmation runs and what it shows (printed before it runs, issue 14 §4)."""
-    runs = scenario.horizon_runs
-    size = f"the first {runs:,} runs" if runs is not None else "the whole workload"
+    size = f"the first {jobs:,} runs" if capped else f"all {jobs:,} runs"
     return (
         f"Confirmation on the real Mediator: sizes {', '.join(map(str, near))}, {size}, "
-        f"{n} replication(s), beside the model on the same runs. It checks that the Mediator "
-        f"schedules these runs exactly as the model did (max |wait difference|); the target "
-        f"itself is judged on the grid."
+        f"{n} replication(s), side by side, beside the model on the same runs. It checks that the "
+        f"Mediator schedules these runs exactly as the model did (the largest per-run wait "
+        f"difference); the target itself is judged on the grid. To shorten it: confirm_runs=N "
+        f"(--confirm-runs N); to skip it: confirm_replications=0 (--confirm-replications 0)."
     )

@@ -245,3 +245,18 @@ def test_your_lab(cluster: Any) -> None:
     today, grown = n["counts_today"], n["counts_grown"]
     assert set(today) == {"arch=arm,board=imx8+", "board=stm32+", "host=linux+"}
     assert all(grown[g] >= today[g] for g in today)  # more load never needs fewer nodes
+
+
+def test_a_rendered_notebook_does_not_show_its_database_url(tmp_path: Path) -> None:
+    """issue 29 §9: the report passes its server's URL — a temporary socket directory, perhaps a
+    password — into every notebook; the published page shows neither the injected value nor any
+    output that repeats it."""
+    book = small_book(tmp_path)
+    nb = nbformat.read(book, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("print(database_url)\ndatabase_url"))
+    nbformat.write(nb, book)
+    url = "postgresql://sim:s3cret@/postgres?host=/dev/shm/mediator-pg-4242-tmpabc/tmp"
+    html = notebooks.render(book, tmp_path / "out", scale="ci", database_url=url, progress=False)
+    text = html.read_text()
+    assert "s3cret" not in text and "mediator-pg-4242" not in text
+    assert text.count(notebooks.CONCEALED_URL.replace("<", "&lt;").replace(">", "&gt;")) >= 3

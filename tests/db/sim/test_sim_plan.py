@@ -82,3 +82,37 @@ def test_a_plan_on_a_dask_cluster_gives_each_task_its_own_databases(cluster, dsn
     assert (on_dask.grid["violations"] == 0).all()
     pd.testing.assert_frame_equal(on_dask.grid[SAME], on_model.grid[SAME])
     assert after == before
+
+
+def test_the_confirmation_replays_every_job_when_not_capped(cluster, tmp_path) -> None:
+    """issue 28 §2: ``confirm_runs=None`` (what the report passes) replays every job of the
+    workload on the real Mediator — the count checked against the materialized workload, not
+    a number typed here — and the largest per-job difference is the brute-force one between
+    the Mediator's waits and an independent model run's, job by job."""
+    import numpy as np
+
+    from sim.studies.plan import PlanTask, simulate_one, sized, start_confirmation
+
+    workload = S.trace(runs=400)
+    jobs = len(sim.materialize(workload).arrivals)
+    url = cluster.url("postgres")
+    grid = sim.plan(workload, {"quantile": 0.95, "wait_s": 600.0}, range(2, 8), replications=1,
+                    confirm_replications=0, progress=False)  # fmt: skip
+    pending = start_confirmation(grid, workload, None, url, progress=False)
+    assert pending is not None and pending.jobs == jobs and "all 400 runs" in pending.note
+    p = pending.result(progress=False)
+    check = p.confirmation_check()
+    assert check is not None and check.jobs == jobs and check.violations == 0
+    med = {r.size: r for r in p.replications if r.engine == "mediator"}
+    assert sorted(med) == check.sizes and len(check.sizes) == 3
+    assert all(r.waits.size + r.unstarted == jobs for r in med.values())
+    reference = 0.0
+    for size, r in med.items():
+        model = sim.run(sized(workload, size), "model")
+        reference = max(reference, float(np.max(np.abs(r.waits - model.runs["wait_s"]))))
+    assert check.max_abs_diff_s == reference == 0.0
+    assert (p.confirmation["runs"] == jobs).all()
+    # The bar's source: a Mediator task writes its submitted runs to its progress file.
+    path = tmp_path / "progress"
+    task = PlanTask(sized(S.trace(runs=150), 4), 4, 0, "mediator", url, str(path))
+    assert simulate_one(task).waits.size == 150 and path.read_text() == "150"

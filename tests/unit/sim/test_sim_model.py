@@ -234,7 +234,8 @@ def test_R17_the_submit_guard_wakes_the_queue() -> None:
 
 
 def test_vanished_node_window_seed_000_section_5() -> None:
-    """Seed 000 §5 step by step: b waits for an unrelated event without wake 7, not with it."""
+    """The window wake point 7 closes (docs/design.md §8), step by step: b waits for an
+    unrelated event without wake 7, not with it."""
     on = run_model(S.vanished_node(wake_on_return=True))
     off = run_model(S.vanished_node(wake_on_return=False))
     lost = runs(on)["r0000000"]
@@ -572,3 +573,32 @@ def test_promotions_diff_names_the_first_divergence() -> None:
         "promotion #1: (300.0, 'r0000001', 'x000') != (700.0, 'r0000001', 'x000')"
     )
     assert promotions_diff(ours, theirs.iloc[:1]).startswith("promotion #1:")
+
+
+def test_summary_reads_at_a_glance_and_keeps_full_precision_on_request() -> None:
+    """issue 29: summary() was a dict of 4.444444444443-style floats. Every float — intervals'
+    bounds too — now has 4 significant digits (whole parts never cut); digits=None gives the
+    full figures, which the rounded ones equal to that precision."""
+    import math
+
+    from sim.platform.measure import round_to
+
+    result = run_model(S.steady(runs=2000, seed=3))
+    full, shown = result.summary(digits=None), result.summary()
+    assert full.keys() == shown.keys()
+
+    def significant(x: float) -> int:
+        digits = f"{abs(x):.15g}".replace(".", "").lstrip("0").rstrip("0")
+        return len(digits) if abs(x) < 10_000 else 0  # whole parts are never cut
+
+    for key, value in full.items():
+        if isinstance(value, float) and math.isfinite(value):
+            assert shown[key] == round_to(value, 4) and significant(shown[key]) <= 4, key
+            assert shown[key] == pytest.approx(value, rel=1e-3), key
+        elif hasattr(value, "low"):  # an Interval
+            assert (shown[key].low, shown[key].high, shown[key].method) == (
+                round_to(value.low, 4), round_to(value.high, 4), value.method)  # fmt: skip
+        else:
+            assert shown[key] == value, key
+    assert round_to(4.444444444443, 4) == 4.444 and round_to(123456.7, 4) == 123457
+    assert round_to(0.0012345678, 4) == 0.001235 and math.isnan(round_to(math.nan, 4))

@@ -18,7 +18,7 @@ import pytest
 import sim
 from sim.analysis import mmc_wait_quantile, mmc_wq, replication_seeds
 from sim.inputs import scenarios as S
-from sim.studies.plan import sized
+from sim.studies.plan import Replication, sized
 
 TARGET = {"quantile": 0.95, "wait_s": 10.0}
 
@@ -160,13 +160,22 @@ def test_a_callable_workload(threads) -> None:
     assert p.scenario_name == "steady"
 
 
-def test_plot_and_html(threads, tmp_path) -> None:
+def test_plot_and_html(threads, tmp_path, monkeypatch, capsys) -> None:
     import matplotlib.pyplot as plt
 
     p = steady_plan(threads)
+    monkeypatch.chdir(tmp_path)
     fig = p.plot()
     assert len(fig.axes) == 2
     plt.close(fig)
+    # issue 29: in a plain script there is no display (the Agg backend, as here), so plt.show()
+    # would show nothing: plot() writes the chart to the working directory and says where.
+    written = tmp_path / "capacity-plan.png"
+    assert written.read_bytes().startswith(b"\x89PNG")
+    assert f"capacity plan chart written to {written}" in capsys.readouterr().out
+    chosen = tmp_path / "mine.png"
+    plt.close(p.plot(path=chosen))
+    assert chosen.is_file()
     out = tmp_path / "plan.html"
     doc = p.to_html(out)
     assert out.read_text().strip() == doc.strip()
@@ -302,3 +311,108 @@ def test_a_multi_role_run_ties_the_classes_together() -> None:
     assert both.to_frame().set_index("group").loc["x", "templates"] == "x, xy"
     assert both.to_frame()["erlang_p95_s"].isna().all()  # no longer M/M/c on their own
     assert all(both.counts[g] >= alone.counts[g] for g in ("x", "y"))
+
+
+# ---- the confirmation's per-job difference (issue 28 §2) and the chart's axis (issue 29 §9) -----
+
+
+def _confirmed_by_hand(p: sim.CapacityPlan, bump: dict[tuple[int, int], float]) -> sim.CapacityPlan:
+    """`p` with a confirmation built here: the model's waits for the recommended size and its
+    neighbours from independent `sim.run` calls, and "real Mediator" waits that are the same
+    runs with `bump[(size, job)]` seconds added — so the test knows the difference to expect."""
+    rec = p.recommended
+    reps = []
+    for s in (rec - 1, rec, rec + 1):
+        model = sim.run(sized(S.steady(runs=600, seed=5), s), "model")
+        waits = model.runs.loc[~model.runs["warmup"], "wait_s"].to_numpy(dtype=float)
+        mediator = waits.copy()
+        for (size, job), extra in bump.items():
+            if size == s:
+                mediator[job] += extra
+        for engine, w in (("model", waits), ("mediator", mediator)):
+            reps.append(Replication(s, 0, 5, engine, w, 0, 0.5, 0.0, stage="confirm"))
+    return dataclasses.replace(p, replications=[*p.replications, *reps])
+
+
+def test_the_confirmation_difference_is_computed_job_by_job_from_both_runs(threads) -> None:
+    """The largest |wait on the real Mediator − wait on the model| over every job of every
+    confirmed size, against a brute-force reference from the same arrays; and where it is."""
+    p = steady_plan(threads)
+    assert p.recommended == 4 and p.confirmation_check() is None  # nothing confirmed yet
+    rng = np.random.default_rng(7)
+    bump = {(3, int(rng.integers(0, 500))): float(rng.uniform(1, 9)) for _ in range(3)}
+    bump[(5, 123)] = 37.25
+    confirmed = _confirmed_by_hand(p, bump)
+    check = confirmed.confirmation_check()
+    med = {r.size: r.waits for r in confirmed.replications if r.engine == "mediator"}
+    mod = {r.size: r.waits for r in confirmed.replications
+           if r.engine == "model" and r.stage == "confirm"}  # fmt: skip
+    reference = max(float(np.max(np.abs(med[s] - mod[s]))) for s in med)
+    assert check is not None and check.max_abs_diff_s == reference == 37.25
+    assert (check.worst_size, check.worst_job) == (5, 123)
+    assert check.sizes == [3, 4, 5] and check.jobs == 540  # 600 runs less 60 warm-up
+    # Agreeing runs give 0; a run started on one engine only gives inf, never a number.
+    assert _confirmed_by_hand(p, {}).confirmation_check().max_abs_diff_s == 0.0
+    short = [dataclasses.replace(r, waits=r.waits[:-1], unstarted=1)
+             if r.engine == "mediator" and r.size == 4 else r
+             for r in confirmed.replications]  # fmt: skip
+    assert (
+        dataclasses.replace(p, replications=short).confirmation_check().max_abs_diff_s == math.inf
+    )
+
+
+def test_the_chart_reads_in_the_targets_unit_with_waits_above_it_written_out(threads) -> None:
+    """issue 29 §9: not seconds on a log axis up to 10⁶ — a 10-minute target reads in minutes on
+    a linear axis up to three times the target; a size waiting longer is marked at the edge with
+    its wait in words."""
+    import matplotlib.pyplot as plt
+
+    p = sim.plan(S.trace(runs=2000), {"quantile": 0.95, "wait_s": 600}, [2, 3, 6],
+                 replications=1, executor=threads, confirm_replications=0)  # fmt: skip
+    fig = p.plot(ax=plt.subplots(2, 1)[1])
+    wait_ax = fig.axes[0]
+    assert wait_ax.get_yscale() == "linear"
+    assert wait_ax.get_ylabel() == "95th-percentile queue wait (min)"
+    assert wait_ax.get_ylim()[1] == pytest.approx(30 * 1.04)
+    over = p.grid[p.grid["wait_p95_s"] > 1800]
+    assert len(over)  # 2 nodes wait far longer than 30 min on these jobs
+    labels = [t.get_text() for t in wait_ax.texts]
+    assert len(labels) == len(over) and all(
+        lab.split()[-1] in ("min", "h", "days") for lab in labels
+    )
+    plt.close(fig)
+
+
+def test_sim_plan_confirms_a_bounded_prefix_unless_told_and_says_how_to_skip(capsys) -> None:
+    """issue 29 §7: `python -m sim plan` passed no bound, so the confirmation replayed the whole
+    workload on the real Mediator (98 % of the command's time). It now replays CONFIRM_RUNS runs
+    unless told `--confirm-runs all`; the help and the printed note say how to shorten or skip."""
+    from sim.outputs import cli
+    from sim.studies.plan import CONFIRM_RUNS
+
+    parser = cli.build_parser()
+    assert (
+        parser.parse_args(["plan", "steady", "--sizes", "3", "--wait", "5"]).confirm_runs
+        == CONFIRM_RUNS
+        == 1500
+    )
+    assert (
+        parser.parse_args(
+            ["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "all"]
+        ).confirm_runs
+        is None
+    )
+    assert (
+        parser.parse_args(
+            ["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "200"]
+        ).confirm_runs
+        == 200
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plan", "steady", "--sizes", "3", "--wait", "5", "--confirm-runs", "0"])
+    assert "expected at least 1 run, got 0" in capsys.readouterr().err
+    from sim.studies.plan import _confirm_note
+
+    note = _confirm_note([3, 4, 5], 2, 1500, True)
+    assert "the first 1,500 runs" in note
+    assert "--confirm-runs N" in note and "--confirm-replications 0" in note
