@@ -19,7 +19,9 @@ import contextvars
 import itertools
 import json as _json
 import math
+import os
 import re
+import stat
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -586,3 +588,33 @@ def _reason(exc: httpx.TransportError) -> str:
     # e.g. "[Errno 111] Connection refused": the OS's words say whether to start the server or
     # fix the address.
     return str(exc) or type(exc).__name__
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its one line, without the line end. The file must be a regular
+    file only this account may read or write (like ``ssh`` with a private key). ``enode`` and
+    ``runctl`` read ``--token-file`` with it (docs/security.md "Tokens on the command line").
+
+    Raises:
+        ValueError: The file cannot be read, is open to other accounts, or holds no token.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"the token file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"the token file {path} is open to other accounts "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); make it private: chmod 600 {path}"
+            )
+        data = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    token = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    if not token or len(data) > 4096 or any(c in token for c in "\r\n"):
+        raise ValueError(f"the token file {path} must hold one token on one line")
+    return token
