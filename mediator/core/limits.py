@@ -71,6 +71,24 @@ def valid_run_id(value: object) -> bool:
     return valid_id(value)
 
 
+def check_node_id(value: object, field: str = "node_id") -> None:
+    """Refuse a malformed node id wherever one is sent — an advert, a work poll, a claim, a
+    result, the fleet's ``after`` cursor — with one code, ``invalid_node_id`` (issue 29: a node's
+    operator sent no contract, so not ``invalid_contract``; and a claim or result from a
+    malformed id was answered ``not_your_step`` as if such a node could exist).
+
+    Raises:
+        ContractError: 400 ``invalid_node_id`` naming ``field``.
+    """
+    if not valid_id(value):
+        raise ContractError(
+            f"{field} must be 1-64 characters of letters, digits, '.', '_' or '-', not "
+            "'.' or '..' nor starting with '.'.",
+            field=field,
+            code="invalid_node_id",
+        )
+
+
 def check_text(value: object, field: str, limit: int = MAX_TEXT) -> None:
     """Refuse a request string that cannot be stored: NUL, a lone surrogate, or over ``limit``.
 

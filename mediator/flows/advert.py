@@ -41,12 +41,7 @@ def advert(
     — a restart or at-boundary drain released a node (4), a drain lifted (6), the node returned
     (7), its capabilities changed (9); a steady heartbeat never sweeps (R14). Returns
     ``advert_ttl_seconds`` so nodes pace themselves."""
-    if not limits.valid_run_id(node_id):
-        raise ContractError(
-            "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
-            field="node_id",
-            code="invalid_node_id",  # not a contract: the node's own name (issue 29)
-        )
+    limits.check_node_id(node_id)  # 400 invalid_node_id: the node's own name (issue 29)
     caps = validate_capabilities(capabilities)
     limits.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
     if not isinstance(instance, str) or not instance or len(instance) > 128:
