@@ -410,18 +410,20 @@ class Client:
         *,
         label: str = "",
         drain: str = "",
+        actions: Iterable[str] | None = None,
     ) -> float:
-        """Advertise a node (route 1) and return the ``advert_ttl_seconds`` the server asks for."""
-        body = self._post(
-            "/v1/nodes",
-            {
-                "node_id": node_id,
-                "label": label,
-                "capabilities": dict(capabilities),
-                "instance": instance,
-                "policy": {"drain": drain},
-            },
-        )
+        """Advertise a node (route 1) and return the ``advert_ttl_seconds`` the server asks for.
+        ``actions``: the actions the node offers (docs/design.md §4 "Actions"); None sends none."""
+        advert: dict[str, Any] = {
+            "node_id": node_id,
+            "label": label,
+            "capabilities": dict(capabilities),
+            "instance": instance,
+            "policy": {"drain": drain},
+        }
+        if actions is not None:
+            advert["actions"] = sorted(actions)
+        body = self._post("/v1/nodes", advert)
         ttl = body.get("advert_ttl_seconds")
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
             raise BadAnswer(self.url, f"advert_ttl_seconds is {_kind(ttl)}, not a number")
@@ -471,14 +473,26 @@ class Client:
     # ---- client routes -------------------------------------------------------------------------
 
     def submit(self, contract: Any, *, dry_run: bool = False) -> Reply:
-        """Submit a contract (route 5). 200, 201, 202 and 422 are replies, not errors."""
-        return self.request(
+        """Submit a contract (route 5). 200, 201, 202 and a 422 with the FAILED run are replies;
+        a 422 that wrote no run — ``unknown_action`` (docs/design.md §4 "Actions") — is an
+        :class:`ApiError` like a 400."""
+        reply = self.request(
             "POST",
             "/v1/runs",
             json=contract,
             params={"dry_run": "true"} if dry_run else None,
             ok=(200, 201, 202, 422),
         )
+        error = reply.body.get("error")
+        if reply.status == 422 and isinstance(error, dict):
+            raise ApiError(
+                422,
+                str(error.get("code") or "http_422"),
+                str(error.get("message") or ""),
+                field=error.get("field") if isinstance(error.get("field"), str) else None,
+                body=reply.body,
+            )
+        return reply
 
     def list_runs(
         self,

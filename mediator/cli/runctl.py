@@ -61,7 +61,8 @@ exit status:
   {EXIT_OK}    success (200/201/202); watch and submit --wait: the run PASSED
   {EXIT_ERROR}    watch and submit --wait: the run FAILED; any other error the server answered
   {EXIT_USAGE}    usage error (a bad option, an unreadable contract file)
-  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED); submit --dry-run:
+  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED, or no node offers a
+       step's action: unknown_action, nothing written); submit --dry-run:
        the contract would be refused so (NO_CANDIDATE)
   {EXIT_UNKNOWN_RUN}    no such run (status, watch, cancel)
   {EXIT_TIMEOUT}    watch and submit --wait: --timeout passed before the run ended
@@ -313,6 +314,8 @@ def _main(
         if as_json and exc.body is not None:
             cli.dump(exc.body)
         print(f"runctl: {printable(str(exc))}", file=err)
+        if exc.status == 422:  # no node can serve the contract (unknown_action): as a 422 run
+            return EXIT_REJECTED
         return EXIT_UNKNOWN_RUN if exc.code == "unknown_run" else EXIT_ERROR
     except (KeyError, TypeError, AttributeError) as exc:
         # A field of an answer that is not what a Mediator sends, met while printing it

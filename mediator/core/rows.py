@@ -191,6 +191,8 @@ class FleetNode:
     instance: str
     drain: str
     busy: bool
+    # The actions its daemon offers (docs/design.md §4 "Actions"); None: not said, any.
+    actions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Hostile:
     seen: Counter[str] = field(default_factory=Counter)
     sent: int = 0  # body bytes written in all
     url: str = ""
+    bodies: list[bytes] = field(default_factory=list)  # request bodies, in arrival order
 
     def answer(self, method: str, path: str) -> Answer:
         path = path.partition("?")[0]
@@ -43,8 +44,7 @@ def serve(hostile: Hostile) -> tuple[http.server.ThreadingHTTPServer, threading.
 
         def _any(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
+            hostile.bodies.append(self.rfile.read(length) if length else b"")
             status, headers, body = hostile.answer(self.command, self.path)
             self.send_response(status)
             for k, v in headers.items():

@@ -256,7 +256,9 @@ def test_the_fleet_at_since_sees_an_expiry_no_reaper_noticed(dsn: str, tmp_path:
 def test_a_database_of_another_schema_version_is_refused(dsn: str, tmp_path: Path) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE schema_version SET version = 6")
-    with pytest.raises(MediatorError, match="schema version 6; this reader needs 8"):
+    with pytest.raises(
+        MediatorError, match=f"schema version 6; this reader needs {SCHEMA_VERSION}"
+    ):
         sim.twin.export(dsn, SINCE, UNTIL, tmp_path / "twin", progress=False)
     assert not (tmp_path / "twin" / "twin.json").exists()
 
