@@ -287,6 +287,10 @@ class FleetNode(_Answer):
     seen_at: datetime
     expires_at: datetime
     drain: Literal["", "graceful", "at-boundary"]
+    actions: list[str] | None = Field(
+        description='The actions its daemon offers (docs/design.md §4 "Actions"); null: '
+        "its adverts do not say."
+    )
     lease: NodeLease | None
 
 

@@ -509,10 +509,12 @@ class Command:
                 (n.get("lease") or {}).get("run_id") or "-",
                 n.get("expires_at") or "",
                 json.dumps(n.get("capabilities", {}), sort_keys=True, separators=(",", ":")),
+                ",".join(map(str, n.get("actions") or [])) or "-",
             ]
             for n in body.get("nodes", [])
         ]
-        self.say(*table(["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES"], rows))
+        head = ["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES", "ACTIONS"]
+        self.say(*table(head, rows))
         return EXIT_OK
 
     def cmd_asks(self, args: argparse.Namespace) -> int:

@@ -161,6 +161,7 @@ class Node(_Row):
     seen_at: datetime
     expires_at: datetime
     drain: str
+    actions: list[str] | None  # what its daemon offers (docs/design.md §4); None: not said
     lease: Lease | None
 
 

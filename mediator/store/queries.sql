@@ -142,7 +142,7 @@ SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed 
 -- are not selected, which is how they stay out. Paged by node_id (keyset: after the last id of
 -- the previous page; LIMIT NULL is every row), so a node live across the pages is listed once.
 SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, n.drain,
-       l.run_id AS lease_run_id, l.not_after AS lease_not_after
+       n.actions, l.run_id AS lease_run_id, l.not_after AS lease_not_after
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND n.node_id > %(after)s

@@ -110,8 +110,11 @@ def test_refusals_match_a_brute_force_over_random_fleets(med, seed):
 def test_over_http_the_advert_takes_actions_and_the_refusal_is_422(med):
     with TestClient(create_app(med), base_url="http://127.0.0.1") as http:
         body = {"node_id": "n", "capabilities": {"board": "x"}, "instance": "i1",
-                "actions": ["shell", "flash"]}  # fmt: skip
+                "actions": ["shell", "flash", "shell"]}  # fmt: skip
         assert http.post("/v1/nodes", json=body).status_code == 200
+        http.post("/v1/nodes", json={"node_id": "old", "capabilities": {}, "instance": "i1"})
+        shown = {n["node_id"]: n["actions"] for n in http.get("/v1/nodes").json()["nodes"]}
+        assert shown == {"n": ["flash", "shell"], "old": None}  # sorted, once; null: not said
         for bad, field in (("flash", "actions"), ([""], "actions[0]"), ([7], "actions[0]"),
                            (["x" * 129], "actions[0]")):  # fmt: skip
             r = http.post("/v1/nodes", json={**body, "actions": bad})
