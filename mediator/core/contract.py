@@ -595,10 +595,18 @@ def unoffered_action(
     on every node. A role no node can fill at all is left to the matcher (``NO_CANDIDATE``).
     """
     fleet = list(nodes)
-    for step in contract.steps:
-        if step.kind != "exec" or step.uses in BUILTIN_ACTIONS:
+    if all(acts is None for _, acts in fleet):
+        return None  # no node says (the simulator's fleets): nothing to check, nothing to pay
+    able_by_role: dict[str, list[frozenset[str] | None]] = {}
+    checked: set[tuple[str, str]] = set()
+    for step in contract.steps:  # each role's able nodes once: O(roles × nodes), not steps ×
+        if step.kind != "exec" or step.uses in BUILTIN_ACTIONS or (step.role, step.uses) in checked:
             continue
-        able = [acts for caps, acts in fleet if satisfies(contract.roles[step.role], caps)]
+        checked.add((step.role, step.uses))
+        able = able_by_role.get(step.role)
+        if able is None:
+            needs = contract.roles[step.role]
+            able = able_by_role[step.role] = [a for caps, a in fleet if satisfies(needs, caps)]
         if not able or any(acts is None or step.uses in acts for acts in able):
             continue
         offered = sorted(set().union(*(acts for acts in able if acts is not None)))
