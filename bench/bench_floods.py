@@ -12,9 +12,11 @@ repetition, through the public Python API on the wall clock (as ``mediator serve
 * an advert of ``idle`` with new capabilities → wake 9 sweeps the whole queue.
 
 The queue is bulk-loaded by SQL in the shape submit's queue path writes (as bench_sweep.py does).
-Figures are medians; the goal is flood ÷ control ≤ 2 for each call.
+The arms alternate, ``--rounds`` times each (a fresh load every time), so a machine whose load
+drifts during the run weighs on both alike. Figures are medians over every round's calls; the
+goal is flood ÷ control ≤ 2 for each call.
 
-Run: ``.venv/bin/python bench/bench_floods.py [--queued 5000] [--reps 40]``.
+Run: ``.venv/bin/python bench/bench_floods.py [--queued 5000] [--reps 40] [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -88,8 +90,8 @@ def one_step() -> dict[str, object]:
     }
 
 
-def measure(med: Mediator, reps: int) -> dict[str, float]:
-    """Median milliseconds of submit, result and advert (each followed by its wake)."""
+def measure(med: Mediator, reps: int) -> dict[str, list[float]]:
+    """Milliseconds of each submit, result and advert (each followed by its wake)."""
     samples: dict[str, list[float]] = {"submit": [], "result": [], "advert": []}
     med.wake_queued()  # the first sweep after the load: every class once, not measured
     for i in range(reps + 3):
@@ -110,29 +112,35 @@ def measure(med: Mediator, reps: int) -> dict[str, float]:
             samples["submit"].append(t_submit * 1e3)
             samples["result"].append(t_result * 1e3)
             samples["advert"].append(t_advert * 1e3)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return samples
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queued", type=int, default=5_000)
-    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=40, help="measured calls per arm and round")
+    ap.add_argument("--rounds", type=int, default=3, help="times each arm runs, alternating")
     args = ap.parse_args()
+    arms = {"control": False, "flood": True}
+    samples: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
     with EmbeddedPostgres() as pg:
         med = Mediator.connect(pg.dsn(), Config(), startup_wake=False)
         try:
-            figures = {}
-            for arm, flood in (("control (one class)", False), ("flood (distinct)", True)):
-                load(med, args.queued, flood)
-                figures[arm] = measure(med, args.reps)
-            control, flood_ = figures["control (one class)"], figures["flood (distinct)"]
-            print(f"{args.queued:,} queued runs; medians over {args.reps} calls (ms)")
-            print(f"{'call':8s} {'control':>9s} {'flood':>9s} {'ratio':>7s}  (goal ≤ 2)")
-            for call in ("submit", "result", "advert"):
-                ratio = flood_[call] / control[call]
-                print(f"{call:8s} {control[call]:9.2f} {flood_[call]:9.2f} {ratio:7.2f}")
+            for _ in range(args.rounds):
+                for arm, flood in arms.items():
+                    load(med, args.queued, flood)
+                    for call, ms in measure(med, args.reps).items():
+                        samples[arm].setdefault(call, []).extend(ms)
         finally:
             med.close()
+    control = {k: statistics.median(v) for k, v in samples["control"].items()}
+    flood_ = {k: statistics.median(v) for k, v in samples["flood"].items()}
+    print(f"{args.queued:,} queued runs; medians over {args.rounds} × {args.reps} calls per arm"
+          " (ms), arms alternating")  # fmt: skip
+    print(f"{'call':8s} {'control':>9s} {'flood':>9s} {'ratio':>7s}  (goal ≤ 2)")
+    for call in ("submit", "result", "advert"):
+        ratio = flood_[call] / control[call]
+        print(f"{call:8s} {control[call]:9.2f} {flood_[call]:9.2f} {ratio:7.2f}")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ boundary test checks):
    type and the differential comparison);
 3. `sim.brokers` — `model` (the in-memory reference policy, no `mediator` import), `mediator`
    (the real Mediator on PostgreSQL), `readback` (its tables, read from the database), `twin`
-   (a lab's own Mediator database exported as tables: `sim.twin.export`), and `entry.run`: the
-   one way in;
+   (a lab's own Mediator database exported as tables: `sim.twin.export`; `sim.twin.load` makes
+   the export a scenario, from `sim.inputs.twin`), and `entry.run`: the one way in;
 4. `sim.studies` — capacity plans (`plan`), per capability class (`classplan`);
-5. `sim.outputs` — the report, the scheduling-decision gate, notebook plumbing, the pytest
-   plugin, the command line (`python -m sim`).
+5. `sim.outputs` — the report, the scheduling-decision gate, a twin's replay and audit, notebook
+   plumbing, the pytest plugin, the command line (`python -m sim`).
 
 `sim.run(scenario, broker="mediator" | "model")` returns a `Result` either way; `sim.run_model`
 is the model's entry under its old name, kept for one release (use `sim.run(..., "model")`).

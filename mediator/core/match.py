@@ -171,6 +171,89 @@ class AdvertIndex:
         return found
 
 
+Signature = frozenset[tuple[str, tuple[str, object]]]
+
+
+def _anchor(needs: Mapping[str, Any]) -> tuple[object, ...]:
+    """The one index entry every advert satisfying ``needs`` hits (ClassIndex): the equality of
+    the first key (in name order) that asks for a value, else the truthiness of the first key,
+    else everything (empty needs are met by every advert)."""
+    valued = [key for key, want in needs.items() if want is not True]
+    if valued:
+        key = min(valued)
+        return ("=", key, _tag(needs[key]))
+    return ("t", min(needs)) if needs else ("*",)
+
+
+class ClassIndex:
+    """Needs classes indexed by what can serve them (docs/design.md §6 "Sweeps remember").
+
+    A sweep must re-match the waiting classes that a node whose capabilities or availability
+    changed can serve, and only those. Asking that of every waiting class costs as much as the
+    classes waiting (a flood queues thousands); this index answers it in time proportional to
+    the classes found: each distinct role need is filed under one entry that any advert meeting
+    it must hit (:func:`_anchor`), and each candidate need is then checked with ``satisfies``,
+    so the answer equals checking every class (a property test holds it to that). Pure: plain
+    data, no I/O.
+    """
+
+    def __init__(self) -> None:
+        self._roles: dict[str, tuple[Signature, ...]] = {}  # class → its roles' distinct needs
+        self._classes: dict[Signature, set[str]] = {}  # a need → the classes asking it
+        self._need: dict[Signature, Mapping[str, Any]] = {}  # a need → one copy of it
+        self._filed: dict[tuple[object, ...], set[Signature]] = {}  # an anchor → needs
+        self._loose: set[str] = set()  # classes whose needs have no signature: always touched
+
+    def __len__(self) -> int:
+        return len(self._roles) + len(self._loose)
+
+    def add(self, key: str, needs_by_role: Mapping[str, Mapping[str, Any]]) -> None:
+        """File class ``key`` (again: replaced)."""
+        self.remove(key)
+        try:
+            sigs = tuple({need_signature(n): n for n in needs_by_role.values()}.items())
+        except TypeError:  # a need value that is not hashable: re-matched on every change
+            self._loose.add(key)
+            return
+        for sig, need in sigs:
+            if sig not in self._need:
+                self._need[sig] = need
+                self._filed.setdefault(_anchor(need), set()).add(sig)
+            self._classes.setdefault(sig, set()).add(key)
+        self._roles[key] = tuple(sig for sig, _ in sigs)
+
+    def remove(self, key: str) -> None:
+        """Forget class ``key`` (nothing if unknown); a need no class asks any more goes too."""
+        self._loose.discard(key)
+        for sig in self._roles.pop(key, ()):
+            keys = self._classes[sig]
+            keys.discard(key)
+            if not keys:
+                del self._classes[sig]
+                anchor = _anchor(self._need.pop(sig))
+                filed = self._filed[anchor]
+                filed.discard(sig)
+                if not filed:
+                    del self._filed[anchor]
+
+    def touched(self, changed: Iterable[Mapping[str, Any]]) -> set[str]:
+        """The classes some role of which one of ``changed`` (capabilities) satisfies."""
+        hit: set[Signature] = set()
+        everything = self._filed.get(("*",), set())
+        for caps in changed:
+            found = set(everything)
+            for key, have in caps.items():
+                if have:
+                    found |= self._filed.get(("t", key), set())
+                for item in have if isinstance(have, list | tuple) else (have,):
+                    found |= self._filed.get(("=", key, _tag(item)), set())
+            hit.update(sig for sig in found - hit if satisfies(self._need[sig], caps))
+        out = set(self._loose)
+        for sig in hit:
+            out |= self._classes[sig]
+        return out
+
+
 def candidates(needs: Mapping[str, Any], adverts: Iterable[Advert]) -> list[str]:
     """Return the ids of the adverts whose capabilities satisfy ``needs``, sorted.
 

@@ -206,12 +206,6 @@ class QueuedRun:
 
 
 @dataclass(frozen=True)
-class NeedsClass:
-    needs_key: str
-    needs: dict[str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
 class AdvertResult:
     """What UpsertAdvert returns: the previous values from the row as locked (docs/design.md §8)."""
 

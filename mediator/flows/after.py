@@ -194,7 +194,8 @@ class AfterCommit:
         )
         with self.ctx.store.autocommit() as tx:  # one round trip, atomic on its own
             if then_head:
-                return Sealed(sealed, tx.sweep_head(HEAD_PAGE, sealed=run_id))
+                mark = self.ctx.sweep_memo.mark  # §6: only what changed since
+                return Sealed(sealed, tx.sweep_head(HEAD_PAGE, sealed=run_id, since=mark))
             tx.mark_sealed(run_id)
         return Sealed(sealed)
 

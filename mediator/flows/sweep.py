@@ -20,12 +20,11 @@ from mediator.core.match import (
     ALL_BUSY,
     NO_CANDIDATE,
     TOO_WIDE,
-    Advert,
     AdvertIndex,
     Assignment,
+    ClassIndex,
     Reject,
     match,
-    need_signature,
 )
 from mediator.core.rows import FleetNode, QueuedRun
 from mediator.flows.fleet import lease_rows, run_acquires, view
@@ -69,83 +68,152 @@ def snapshot(fleet: list[FleetNode]) -> Snapshot:
     return {n.node_id: ((repr(n.capabilities), n.busy, n.drain), n.capabilities) for n in fleet}
 
 
+def changed_capabilities(old: Snapshot, new: Snapshot) -> list[dict[str, Any]]:
+    """The capabilities, as they were and as they are, of every node that changed between two
+    snapshots (a node that came or went counts as changed)."""
+    out: list[dict[str, Any]] = []
+    for node_id in old.keys() | new.keys():
+        before, after = old.get(node_id), new.get(node_id)
+        if (before and before[0]) != (after and after[0]):
+            out.extend(seen[1] for seen in (before, after) if seen is not None)
+    return out
+
+
+@dataclass
+class Plan:
+    """What a sweep starts from (SweepMemo.plan): the classes worth walking the queue for —
+    each class waiting whose answer against the fleet as read is not a refusal that holds for
+    the whole sweep — with their needs and those answers."""
+
+    needs: dict[str, dict[str, Any]]
+    answers: dict[str, Assignment | Reject]
+    classes: int = 0  # classes waiting, as far as this process knows (a superset: §6)
+    matched: int = 0
+    remembered: int = 0
+
+
 class SweepMemo:
-    """The answers of the last sweep, kept for the next (docs/design.md §6 "Sweeps remember").
+    """The waiting classes and their answers, kept from sweep to sweep (docs/design.md §6
+    "Sweeps remember"). One per process, shared by its threads under one lock.
 
-    ``match`` is pure: a class's answer depends only on its needs, ``max_width``, and — of the
-    whole fleet — only the nodes that serve one of its roles: their capabilities and whether
-    they are available. So between two fleet snapshots, a class none of whose roles any
-    *changed* node serves (with its old capabilities or its new ones; a node that came or went
-    counts as changed) gets the same answer as before, and is not matched again. A release of
-    nodes S thus re-matches only the classes some node of S serves; wakes 5/6/7/9 (a node back,
-    a drain lifted, new capabilities) change the nodes they name the same way. Only answers
-    computed against the snapshot as read (before the sweep's own promotions) are kept, and
-    each is kept with that snapshot, so an answer is never reused against another fleet.
+    *The classes.* A sweep's read returns only the classes whose waiting may have changed since
+    this process's last read (its ``mark``); the memo applies them to the classes it holds.
+    Invariant: every QUEUED run of a class missing here was queued by a transaction whose id is
+    at or past the mark, so the next read finds it. A read newer than the mark (the mark never
+    goes back) is applied in full and moves the mark; an older one, which a thread sweeping
+    beside another can hold, only adds classes.
+    So the classes held may include a few that no longer wait (a run of one would be refused by
+    R8, it is never promoted twice), never miss one that waits.
 
-    One per process, shared by its threads; each sweep still reads the fleet itself (R9), so
-    processes need not share it. Only Rejects are kept: a promotable class is promoted.
+    *The answers.* ``match`` is pure: a class's answer depends only on its needs, ``max_width``,
+    and — of the whole fleet — only the nodes that serve one of its roles: their capabilities
+    and whether they are available. So between two fleet snapshots, a class none of whose roles
+    any *changed* node serves (with its old capabilities or its new ones; a node that came or
+    went counts as changed) gets the same answer as before, and is not matched again; the
+    changed nodes find those classes through a :class:`ClassIndex`, in time proportional to
+    them. Only answers computed against the fleet as read (before the sweep's own promotions)
+    are kept, each with that snapshot, so an answer is never reused against another fleet.
+    Each sweep still reads the fleet itself (R9), so processes need not share anything.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fleet: Snapshot | None = None
+        self.mark: int | None = None  # the last read's; None: the next read reads every class
+        self._needs: dict[str, dict[str, Any]] = {}  # the waiting classes (§6: a superset)
+        self._index = ClassIndex()
+        self._fleet: Snapshot | None = None  # what the answers were computed against
         self._width = 0
-        self._answers: dict[str, Reject] = {}
-        # needs_key → its roles' distinct needs, as (signatures, one need per signature): a
-        # class's needs never change, and a flood's thousands of classes share few role needs.
-        self._roles: dict[str, tuple[frozenset[Any], ...]] = {}
-        self._need_of: dict[frozenset[Any], dict[str, Any]] = {}
+        self._answers: dict[str, Assignment | Reject] = {}
+        self._unknown: set[str] = set()  # waiting, no answer against _fleet
+        self._open: set[str] = set()  # waiting, answer unknown or not in _CACHEABLE
 
-    def _signatures(self, key: str, needs: dict[str, dict[str, Any]]) -> tuple[frozenset[Any], ...]:
-        sigs = self._roles.get(key)
-        if sigs is None:
-            out = []
-            for need in needs.values():
-                sig = need_signature(need)
-                self._need_of.setdefault(sig, need)
-                out.append(sig)
-            sigs = self._roles[key] = tuple(out)
-        return sigs
+    # ---- the classes -----------------------------------------------------------------------------
+    def _add(self, key: str, needs: dict[str, Any]) -> None:
+        if key not in self._needs:
+            self._needs[key] = needs
+            self._index.add(key, needs)
+            self._unknown.add(key)
+            self._open.add(key)
 
-    def recall(
-        self, fleet: Snapshot, needs: dict[str, dict[str, dict[str, Any]]], max_width: int
-    ) -> dict[str, Reject]:
-        """The kept answers that still hold for ``fleet``, for the classes in ``needs``."""
+    def _drop(self, key: str) -> None:
+        if self._needs.pop(key, None) is not None:
+            self._index.remove(key)
+            self._answers.pop(key, None)
+            self._unknown.discard(key)
+            self._open.discard(key)
+
+    def _learn(self, first: SweepHead) -> None:
+        exact = first.full or not first.queued  # every class waiting (none when none is queued)
+        # A mark past the read's own ids: the database's ids went back (another database, one
+        # restored from a backup), read whole by the store; it starts the marks afresh.
+        rewound = first.since is not None and first.mark is not None and first.mark < first.since
+        newest = first.mark is not None and (
+            self.mark is None or first.mark >= self.mark or (exact and rewound)
+        )
+        based = exact or (first.since is not None and self.mark is not None
+                          and first.since <= self.mark)  # fmt: skip
+        if newest and based:
+            if exact:
+                waiting = {key for key, needs in first.classes if needs is not None}
+                for key in [k for k in self._needs if k not in waiting]:
+                    self._drop(key)
+            for key, needs in first.classes:
+                if needs is None:
+                    self._drop(key)
+                else:
+                    self._add(key, needs)
+            self.mark = first.mark
+        else:  # an older read: it may only add (the held classes stay a superset, §6)
+            for key, needs in first.classes:
+                if needs is not None:
+                    self._add(key, needs)
+
+    # ---- the sweep's start ---------------------------------------------------------------------
+    def plan(
+        self,
+        first: SweepHead,
+        seen: Snapshot | None,
+        index: AdvertIndex | None,
+        unavailable: set[str],
+        max_width: int,
+    ) -> Plan:
+        """Apply ``first``'s classes; then, given the fleet as read (``seen``, its ``index``;
+        None: nothing is free, nothing to match), re-match the classes new since the last sweep
+        and those a changed node can serve, and return the classes worth walking for."""
         with self._lock:
-            old, answers = self._fleet, self._answers
-            if old is None or self._width != max_width:
-                return {}
-        kept = {k: r for k, r in answers.items() if k in needs}
-        changed: list[Advert] = []
-        for node_id in old.keys() | fleet.keys():
-            before, after = old.get(node_id), fleet.get(node_id)
-            if (before and before[0]) != (after and after[0]):
-                for tag, seen in (("old", before), ("new", after)):
-                    if seen is not None:
-                        changed.append(Advert(f"{node_id}\0{tag}", seen[1]))
-        if not changed or not kept:
-            return kept
-        touched = AdvertIndex(changed)
-        if len(self._roles) > 200_000:  # bounded: forget and rebuild (before any lookup)
-            self._roles, self._need_of = {}, {}
-        try:
-            sigs = {k: self._signatures(k, needs[k]) for k in kept}
-        except TypeError:  # a need value that is not hashable: check each class directly
-            return {
-                k: r
-                for k, r in kept.items()
-                if not any(touched.serves_any(need) for need in needs[k].values())
-            }
-        distinct = {sig for roles in sigs.values() for sig in roles}
-        need_of = self._need_of
-        # A signature another thread just forgot counts as touched: matching again is exact.
-        hit = {sig for sig in distinct if sig not in need_of or touched.serves_any(need_of[sig])}
-        return {k: r for k, r in kept.items() if hit.isdisjoint(sigs[k])}
+            self._learn(first)
+            if seen is None or index is None:
+                return Plan({}, {}, len(self._needs))
+            if self._fleet is None or self._width != max_width:
+                self._answers.clear()
+                self._unknown = set(self._needs)
+                self._open = set(self._needs)
+            elif self._fleet is not seen:
+                changed = changed_capabilities(self._fleet, seen)
+                if changed:
+                    for key in self._index.touched(changed) & self._needs.keys():
+                        self._answers.pop(key, None)
+                        self._unknown.add(key)
+                        self._open.add(key)
+            self._fleet, self._width = seen, max_width
+            for key in self._unknown:
+                res = self._answers[key] = match(self._needs[key], index, unavailable, max_width)
+                if isinstance(res, Reject) and res.code in _CACHEABLE:
+                    self._open.discard(key)
+            matched = len(self._unknown)
+            self._unknown = set()
+            return Plan(
+                {k: self._needs[k] for k in self._open},
+                {k: self._answers[k] for k in self._open},
+                len(self._needs),
+                matched,
+                len(self._needs) - matched,
+            )
 
-    def keep(self, fleet: Snapshot, answers: dict[str, Reject], max_width: int) -> None:
-        """Keep ``answers``, each computed against ``fleet`` as read."""
+    def answer(self, key: str) -> Assignment | Reject | None:
+        """The answer kept for class ``key`` (None: none), for tests and tools."""
         with self._lock:
-            self._fleet, self._answers, self._width = fleet, answers, max_width
+            return self._answers.get(key)
 
 
 # ---- WakeQueued (docs/design.md §6, R6–R12) ------------------------------------------------------
@@ -175,24 +243,29 @@ def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
             field="lease_ttl_seconds",
         )
     report = WakeReport()
+    book = ctx.sweep_memo
     if first is None:
         with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
-            first = tx.sweep_head(HEAD_PAGE)
-    classes, fleet, head = first
-    if not classes:
-        return report  # R13's cost argument: an empty queue costs one query
-    report.classes = len(classes)
+            first = tx.sweep_head(HEAD_PAGE, since=book.mark)
+    fleet, head = first.fleet, first.head
     adverts, busy, draining = view(fleet)
     unavailable = busy | draining
     live = {n.node_id for n in fleet}
-    if not live - unavailable:
-        return report
+    free = bool(first.queued and live - unavailable)
     by_id = {n.node_id: n for n in fleet}
-    index = AdvertIndex(adverts)  # candidates per role computed once per sweep
-    needs = {c.needs_key: c.needs for c in classes}
+    index = AdvertIndex(adverts) if free else None  # candidates per role computed once per sweep
     max_width = ctx.config.max_width
+    # §6 "Sweeps remember": the classes and answers this process holds, brought up to date with
+    # this read; a class that no node changed since the last sweep can serve keeps that sweep's
+    # answer, only the others are matched (against the fleet as read, before this sweep's own
+    # promotions change `unavailable`).
+    plan = book.plan(first, snapshot(fleet) if free else None, index, unavailable, max_width)
+    report.classes, report.matched, report.remembered = plan.classes, plan.matched, plan.remembered
+    if not free or index is None:
+        return report  # R13's cost argument: an empty queue costs one query
+    needs = plan.needs
     failed: set[str] = set()
-    memo: dict[str, Assignment | Reject] = {}
+    memo: dict[str, Assignment | Reject] = dict(plan.answers)
 
     def decide(key: str) -> Assignment | Reject:
         # match() is pure: with `unavailable` unchanged its answer for a class is the same
@@ -205,23 +278,11 @@ def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
                 failed.add(key)  # stays true for the rest of the sweep (§6)
         return res
 
-    # §6 "Sweeps remember": a class that no node changed since the last sweep can serve keeps
-    # that sweep's answer; only the others are matched. Kept: the answers against the fleet
-    # as read, before this sweep's own promotions change `unavailable`.
-    seen = snapshot(fleet)
-    remembered = ctx.sweep_memo.recall(seen, needs, max_width)
-    report.remembered = len(remembered)
-    for key, kept in remembered.items():
-        memo[key] = kept
-        if kept.code in _CACHEABLE:
-            failed.add(key)
-    for key in needs:
-        decide(key)
-    ctx.sweep_memo.keep(seen, {k: r for k, r in memo.items() if isinstance(r, Reject)}, max_width)
-    viable = [k for k in needs if k not in failed]
+    viable = list(needs)
     # The first page is the queue's head, read with the classes; past a full head, pages of
     # the viable classes only, in the same (created_at, run_id) order (R6).
-    page: list[QueuedRun] | None = [q for q in head if q.needs_key in set(viable)]
+    walked = set(viable)
+    page: list[QueuedRun] | None = [q for q in head if q.needs_key in walked]
     more = len(head) == HEAD_PAGE
     after_at: datetime | str = head[-1].created_at if head else "-infinity"
     after_id = head[-1].run_id if head else ""

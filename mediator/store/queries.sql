@@ -811,45 +811,93 @@ FROM run r LEFT JOIN ins i ON true
 ORDER BY i.seq
 
 -- sweep_head --
--- A sweep's first read in one statement (issue 13): the needs classes now waiting (a loose
--- index scan over runs_queue_class: one probe per class, so the cost follows the number of
--- classes, not of queued runs, P2), the live fleet (LiveAdverts + BusyNodes + DrainingNodes:
--- the matcher's whole input) and the head of the
--- queue in FIFO order (R6: created_at, run_id) — told apart by `part`. Nodes and runs come only
--- when some class waits, so an empty queue costs this one statement and returns nothing (R13's
--- cost argument). The sweep pages on with queued_page only past a full head.
+-- A sweep's first read in one statement (issue 13): the needs classes waiting, the live fleet
+-- (LiveAdverts + BusyNodes + DrainingNodes: the matcher's whole input) and the head of the
+-- queue in FIFO order (R6: created_at, run_id) — told apart by `part`. The sweep pages on with
+-- queued_page only past a full head.
+-- Classes (docs/design.md §6 "Sweeps remember"): with %(since)s NULL, every class waiting (a
+-- loose index scan over runs_queue_class: one probe per class, P2). With %(since)s the `mark`
+-- of this process's last read, only the classes whose waiting may have changed since: those of
+-- the runs queued since (runs_queue_tx) and of the runs some event since names (events_tx) that
+-- are no longer QUEUED, each with its needs when it still waits, NULL when it no longer does —
+-- so the read follows what changed, not how many classes wait. Every transaction this read
+-- cannot see has an id ≥ its snapshot's xmin, returned as `mark` (the events stream's rule,
+-- issue 13 §6). Read in full instead when %(since)s is past the server's ids (another
+-- database) or more than 4,096 events happened since (a long quiet process).
+-- The `mark` row always comes, with `mark`, `whole` (every class was read) and `queued`
+-- (whether any run is QUEUED). Nodes and runs come only when one is, so an empty queue costs this one
+-- statement and one row (R13's cost argument).
 -- With %(sealed)s a run id, the statement first marks that run's record sealed (mark_sealed's
 -- update): a seal whose wake follows sends one statement for both, after the terminal commit
 -- (issue 13). NULL marks nothing.
 WITH RECURSIVE m AS (
     UPDATE runs SET sealed = true
     WHERE run_id = %(sealed)s AND state IN ('PASSED', 'FAILED')
+), snap AS (
+    SELECT pg_snapshot_xmin(pg_current_snapshot()) AS mark,
+           pg_snapshot_xmax(pg_current_snapshot()) AS xmax
+), head AS (
+    SELECT r.needs_key, r.run_id, r.created_at FROM runs r
+    WHERE r.state = 'QUEUED'
+    ORDER BY r.created_at, r.run_id
+    LIMIT %(limit)s
+), ev AS (
+    SELECT e.run_id FROM events e  -- bounded on both sides: an index range, whatever the
+    WHERE e.tx >= %(since)s::text::xid8    -- statistics say (a history keeps every event)
+      AND e.tx < pg_snapshot_xmax(pg_current_snapshot()) AND e.run_id <> ''
+    LIMIT 4097
+), mode AS (
+    SELECT (%(since)s::text::xid8 IS NULL OR %(since)s::text::xid8 > xmax
+            OR (SELECT count(*) FROM ev) > 4096) AS whole,
+           EXISTS (SELECT 1 FROM head) AS queued
+    FROM snap
 ), k(needs_key) AS (
-    (SELECT needs_key FROM runs WHERE state = 'QUEUED' ORDER BY needs_key LIMIT 1)
+    (SELECT needs_key FROM runs
+     WHERE state = 'QUEUED' AND (SELECT whole FROM mode) ORDER BY needs_key LIMIT 1)
     UNION ALL
     SELECT (SELECT r.needs_key FROM runs r
             WHERE r.state = 'QUEUED' AND r.needs_key > k.needs_key
             ORDER BY r.needs_key LIMIT 1)
     FROM k WHERE k.needs_key IS NOT NULL
+), d(needs_key) AS (
+    SELECT r.needs_key FROM runs r
+    WHERE NOT (SELECT whole FROM mode) AND r.state = 'QUEUED'
+      AND r.queued_tx >= %(since)s::text::xid8
+    UNION
+    SELECT x.needs_key FROM (  -- each run an event names, by its key (a probe each)
+        SELECT (SELECT r.needs_key FROM runs r
+                WHERE r.run_id = e.run_id AND r.state <> 'QUEUED') AS needs_key
+        FROM (SELECT DISTINCT run_id FROM ev) e WHERE NOT (SELECT whole FROM mode)
+    ) x WHERE x.needs_key IS NOT NULL
 ), cls AS (
     SELECT c.needs_key, c.needs FROM k JOIN needs_classes c ON c.needs_key = k.needs_key
+    UNION ALL
+    SELECT d.needs_key,  -- per class, by its keys (a probe each, whatever the statistics say)
+           CASE WHEN EXISTS (SELECT 1 FROM runs q
+                             WHERE q.state = 'QUEUED' AND q.needs_key = d.needs_key
+                             ORDER BY q.needs_key LIMIT 1)
+                THEN (SELECT c.needs FROM needs_classes c WHERE c.needs_key = d.needs_key) END
+    FROM d
 )
-SELECT 'class' AS part, c.needs_key, c.needs::text AS needs, NULL::text AS node_id,
+SELECT 'mark' AS part, NULL::text AS needs_key, NULL::text AS needs, NULL::text AS node_id,
        NULL::jsonb AS capabilities, NULL::text AS instance, NULL::text AS drain,
-       NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at
+       NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at,
+       s.mark::text AS mark, md.whole, md.queued
+FROM snap s, mode md
+UNION ALL
+SELECT 'class', c.needs_key, c.needs::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL
 FROM cls c
 UNION ALL
 SELECT 'node', NULL, NULL::text, n.node_id, n.capabilities, n.instance, n.drain,
-       (l.node_id IS NOT NULL), NULL, NULL
+       (l.node_id IS NOT NULL), NULL, NULL, NULL, NULL, NULL
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
-WHERE n.expires_at > mediator_now(%(now)s) AND EXISTS (SELECT 1 FROM cls)
+WHERE n.expires_at > mediator_now(%(now)s) AND (SELECT queued FROM mode)
 UNION ALL
-(SELECT 'queued', r.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, r.run_id, r.created_at
- FROM runs r
- WHERE r.state = 'QUEUED' AND EXISTS (SELECT 1 FROM cls)
- ORDER BY r.created_at, r.run_id
- LIMIT %(limit)s)
+SELECT 'queued', h.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, h.run_id, h.created_at,
+       NULL, NULL, NULL
+FROM head h
 
 -- event_position --
 -- Where a /v1/events stream starts, as (tx, id) (events_since's order). After event %(id)s: that

@@ -72,12 +72,18 @@ CREATE TABLE runs (
     -- its steps adds 1 (a locked transaction when it takes the run row), so a result decided from
     -- an unlocked read applies only if nothing changed since: its write matches no row otherwise.
     version           integer NOT NULL DEFAULT 0,
+    -- The inserting transaction's full id: a sweep reads only the classes whose runs were queued
+    -- since its last read (docs/design.md §6 "Sweeps remember"; runs enter QUEUED only when
+    -- inserted). xid8 does not wrap, unlike a row's 32-bit xmin.
+    queued_tx         xid8 NOT NULL DEFAULT pg_current_xact_id(),
     CHECK ((state IN ('PASSED', 'FAILED')) = (verdict IS NOT NULL))
 );
 -- The queue in FIFO order (R6: created_at, run_id breaks ties).
 CREATE INDEX runs_queue ON runs (created_at, run_id) WHERE state = 'QUEUED';
 -- The distinct needs classes waiting (a loose index scan in sweep_head).
 CREATE INDEX runs_queue_class ON runs (needs_key, created_at, run_id) WHERE state = 'QUEUED';
+-- The runs queued since a sweep's last read (sweep_head's delta).
+CREATE INDEX runs_queue_tx ON runs (queued_tx) WHERE state = 'QUEUED';
 -- A principal's QUEUED runs and classes: the caps of docs/security.md "Fair under floods".
 CREATE INDEX runs_queue_submitter ON runs (submitter, needs_key) WHERE state = 'QUEUED';
 CREATE INDEX runs_listing ON runs (created_at DESC, run_id DESC);

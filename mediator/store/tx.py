@@ -23,7 +23,6 @@ from mediator.core.rows import (
     FleetNode,
     Lease,
     LiveAdvert,
-    NeedsClass,
     Node,
     NodeLease,
     NodeState,
@@ -90,17 +89,27 @@ class SubmitRead(NamedTuple):
 
 
 class SweepHead(NamedTuple):
-    """A sweep's first read (``sweep_head``, one statement): the waiting needs classes, the
-    live fleet, and the queue's head in (created_at, run_id) order."""
+    """A sweep's first read (``sweep_head``, one statement): the needs classes waiting, the live
+    fleet, and the queue's head in (created_at, run_id) order.
 
-    classes: list[NeedsClass]
+    ``classes``: (needs_key, needs) — every class waiting when ``full``; else only the classes
+    whose waiting may have changed since ``since``, needs None for one that no longer waits
+    (docs/design.md §6 "Sweeps remember"). ``mark``: what the next read passes as ``since``.
+    ``queued``: whether any run is QUEUED (False: everything else is empty)."""
+
+    classes: list[tuple[str, dict[str, Any] | None]]
     fleet: list[FleetNode]
     head: list[QueuedRun]
+    since: int | None = None
+    mark: int | None = None
+    full: bool = True
+    queued: bool = False
 
 
-# A class's needs as text → as decoded: every sweep reads every waiting class, and a flood of
-# classes (docs/design.md §6 "Sweeps remember") made decoding them most of a sweep. Keyed by the
-# text itself, so an entry is never wrong; emptied when it grows past its bound. Read-only use.
+# A class's needs as text → as decoded: a read of every waiting class (a process's first, or one
+# after a long quiet: docs/design.md §6 "Sweeps remember") decodes a flood's thousands of classes
+# again otherwise. Keyed by the text itself, so an entry is never wrong; emptied when it grows
+# past its bound. Read-only use.
 _DECODED: dict[str, dict[str, Any]] = {}
 _DECODED_MAX = 100_000
 
@@ -114,20 +123,26 @@ def _needs(text: str) -> dict[str, Any]:
     return found
 
 
-def _sweep_head(rows: list[dict[str, Any]]) -> SweepHead:
+def _sweep_head(rows: list[dict[str, Any]], since: int | None) -> SweepHead:
     """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
-    classes, fleet, head = [], [], []
+    classes: list[tuple[str, dict[str, Any] | None]] = []
+    fleet, head = [], []
+    mark, full, queued = None, True, False
     for r in rows:
-        if r["part"] == "class":
-            classes.append(NeedsClass(r["needs_key"], _needs(r["needs"])))
-        elif r["part"] == "node":
+        part = r["part"]
+        if part == "class":
+            text = r["needs"]
+            classes.append((r["needs_key"], _needs(text) if text is not None else None))
+        elif part == "node":
             fleet.append(FleetNode(r["node_id"], r["capabilities"], r["instance"],
                                    r["drain"], r["busy"]))  # fmt: skip
-        else:
+        elif part == "queued":
             head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
+        else:
+            mark, full, queued = int(r["mark"]), bool(r["whole"]), bool(r["queued"])
     fleet.sort(key=lambda n: n.node_id)
     head.sort(key=lambda q: (q.created_at, q.run_id))
-    return SweepHead(classes, fleet, head)
+    return SweepHead(classes, fleet, head, since, mark, full, queued)
 
 
 def _actions(value: Any) -> frozenset[str] | None:
@@ -192,12 +207,16 @@ class Tx(Statements):
     def list_queued(self) -> list[QueuedRun]:
         return self._rows("list_queued", row=QueuedRun)
 
-    def sweep_head(self, limit: int, sealed: str | None = None) -> SweepHead:
-        """The waiting needs classes, the live fleet (node_id order) and the first ``limit``
-        queued runs in FIFO order, in one statement (issue 13); all empty: nothing is queued.
-        With ``sealed``, the same statement first marks that run's record sealed (what
-        :meth:`mark_sealed` does, for a seal whose wake follows)."""
-        return _sweep_head(self._rows("sweep_head", {"limit": limit, "sealed": sealed}))
+    def sweep_head(
+        self, limit: int, sealed: str | None = None, since: int | None = None
+    ) -> SweepHead:
+        """The waiting needs classes (every one, or with ``since`` — the ``mark`` of an earlier
+        read — those whose waiting may have changed since), the live fleet (node_id order) and
+        the first ``limit`` queued runs in FIFO order, in one statement (issue 13); nothing but
+        the mark when nothing is queued. With ``sealed``, the same statement first marks that
+        run's record sealed (what :meth:`mark_sealed` does, for a seal whose wake follows)."""
+        params = {"limit": limit, "sealed": sealed, "since": None if since is None else str(since)}
+        return _sweep_head(self._rows("sweep_head", params), since)
 
     def queued_page(
         self, keys: Sequence[str], after_at: datetime | str, after_id: str, limit: int

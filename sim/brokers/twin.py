@@ -19,6 +19,10 @@ a key, ``r-``/``n-``/``w-`` and 16 hex digits. The same key gives the same pseud
 and every export (two months exported under one key join); without a key the export draws one at
 random and keeps it nowhere. Node labels are dropped and ask texts never leave the database
 (only their instants and ``ok``); capabilities are kept — a replay matches on them.
+
+The replay's side is `sim.inputs.twin` (re-exported here: ``sim.twin.load(DIR)`` and the what-ifs
+``with_nodes``, ``dark``, ``scaled``); `simulate_lab` simulates a lab on the real Mediator and keeps
+its database, for a twin the project generates itself (the tests, notebook 05).
 """
 
 from __future__ import annotations
@@ -31,15 +35,44 @@ import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mediator.core.errors import MediatorError
 from mediator.databases import Snapshot, read_snapshot
+from sim.inputs.scenarios import Scenario
+from sim.inputs.twin import (  # the replay's side: sim.twin.load(DIR), its what-ifs
+    dark,
+    group_of,
+    lab_day,
+    load,
+    recorded_decisions,
+    scaled,
+    with_nodes,
+)
+from sim.platform.measure import Result
+
+__all__ = [
+    "FORMAT",
+    "KEY_ENV",
+    "LabDay",
+    "Pseudonyms",
+    "TwinError",
+    "TwinExport",
+    "dark",
+    "export",
+    "group_of",
+    "lab_day",
+    "load",
+    "recorded_decisions",
+    "scaled",
+    "simulate_lab",
+    "with_nodes",
+]
 
 #: Bumped when a table's columns change; a replay refuses a format it does not know.
-FORMAT = "mediator-twin/1"
+FORMAT = "mediator-twin/2"  # 2: runs.assigned (role → node), what a replay compares
 
 #: The environment variable the CLI reads a pseudonymization key from (never a flag's value, so
 #: the key stays out of shell history and process listings).
@@ -103,7 +136,8 @@ QUERIES: dict[str, str] = {
                (SELECT {_s("min(e.at)")} FROM events e
                 WHERE e.run_id = r.run_id AND e.kind = 'cancelled' AND e.at < %(until)s)
                    AS cancelled_s,
-               r.reject ->> 'code' AS reject
+               r.reject ->> 'code' AS reject,
+               CASE WHEN r.started_at < %(until)s THEN r.assigned END AS assigned
         FROM runs r JOIN needs_classes nc ON nc.needs_key = r.needs_key
         WHERE {_RUNS_IN}
         ORDER BY r.created_at, r.run_id""",
@@ -165,12 +199,13 @@ QUERIES: dict[str, str] = {
 
 COLUMNS: dict[str, list[str]] = {
     "runs": ["run_id", "work_id", "needs", "submit_s", "started_s", "ended_s", "verdict",
-             "at_since", "at_until", "cancelled_s", "reject"],
+             "at_since", "at_until", "cancelled_s", "reject", "assigned"],
     "steps": ["run_id", "seq", "name", "kind", "role", "uses", "after"],
     "attempts": ["run_id", "seq", "attempt", "node_id", "claimed_s", "result_s", "outcome"],
     "asks": ["run_id", "seq", "raised_s", "answered_s", "answer_delay_s", "ok"],
     "fleet_at_since": ["node_id", "instance", "drain", "capabilities", "present"],
     "fleet_events": ["at_s", "node_id", "kind", "instance", "drain", "capabilities", "gone_s"],
+    "nodes": ["node_id", "order"],
 }  # fmt: skip
 
 _COUNT = {
@@ -197,16 +232,21 @@ def _cell(value: Any) -> Any:
 
 def _write(
     path: Path, columns: list[str], rows: Iterable[dict[str, Any]], names: Pseudonyms,
-    tick: Callable[[], None],
+    tick: Callable[[], None], seen: set[str],
 ) -> int:  # fmt: skip
     n = 0
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(columns)
         for row in rows:
+            if row.get("node_id"):
+                seen.add(row["node_id"])
             for col, kind in _IDS.items():
                 if col in row:
                     row[col] = names(kind, row[col])
+            if row.get("assigned"):  # {role: node}: the nodes under their pseudonyms too
+                seen.update(row["assigned"].values())
+                row["assigned"] = {r: names("node", n) for r, n in row["assigned"].items()}
             w.writerow([_cell(row[c]) for c in columns])
             n += 1
             tick()
@@ -239,7 +279,8 @@ def export(
 ) -> TwinExport:
     """Export ``[since, until)`` of the Mediator database at ``database_url`` into folder ``out``:
     ``twin.json`` (the manifest: window, format, schema version, tables) and one CSV per table
-    (``runs``, ``steps``, ``attempts``, ``asks``, ``fleet_at_since``, ``fleet_events``). Read-only;
+    (``runs``, ``steps``, ``attempts``, ``asks``, ``fleet_at_since``, ``fleet_events``, ``nodes``:
+    every node named, with its place in the lab's id order). Read-only;
     a database of another schema version is refused (MediatorError)."""
     t0 = _parse_instant(since, "since")
     t1 = _parse_instant(until, "until")
@@ -252,6 +293,7 @@ def export(
     folder.mkdir(parents=True, exist_ok=True)
     params = {"since": t0, "until": t1}
     rows: dict[str, int] = {}
+    seen: set[str] = set()  # the nodes named anywhere (few: kept in memory)
     with read_snapshot(database_url, batch=batch) as snap:
         total = sum(_count(snap, q, params) for q in _COUNT.values())
         with _bar(total, progress) as tick:
@@ -259,9 +301,13 @@ def export(
                 tick_table = tick if table in _COUNT else _no_tick
                 stream: Iterator[dict[str, Any]] = snap.stream(sql, params)
                 rows[table] = _write(
-                    folder / f"{table}.csv", COLUMNS[table], stream, names, tick_table
+                    folder / f"{table}.csv", COLUMNS[table], stream, names, tick_table, seen
                 )
         version = snap.one("SELECT version FROM schema_version")
+    # Each node's place in the lab's own id order: the matcher breaks ties by node id, so a
+    # replay under pseudonyms (which sort otherwise) must keep the lab's order (sim.inputs.twin).
+    order = ({"node_id": n, "order": i} for i, n in enumerate(sorted(seen)))
+    rows["nodes"] = _write(folder / "nodes.csv", COLUMNS["nodes"], order, names, _no_tick, set())
     tables = {t: {"file": f"{t}.csv", "rows": n, "columns": COLUMNS[t]} for t, n in rows.items()}
     manifest = {
         "format": FORMAT,
@@ -322,3 +368,31 @@ def cli_export(args: Any) -> int:
     counts = ", ".join(f"{t} {n}" for t, n in done.rows.items())
     print(f"wrote {done.out}/twin.json ({counts})")
     return 0
+
+
+@dataclass(frozen=True)
+class LabDay:
+    """A lab simulated on the real Mediator whose database is kept, for exporting its twin:
+    the simulation's `result`, the database's URL, and the window it covers."""
+
+    result: Result
+    database_url: str
+    since: datetime
+    until: datetime
+
+
+def simulate_lab(
+    scenario: Scenario, database_url: str | None = None, progress: bool = False
+) -> LabDay:
+    """Simulate ``scenario`` on the real Mediator and keep its database (a lab's day the project
+    generates itself, to export, replay and audit; the caller drops it when done)."""
+    from sim.brokers.mediator import EPOCH, simulate
+    from sim.brokers.readback import read_result
+
+    plan, out, med, _records = simulate(scenario, database_url, progress)
+    try:
+        result = read_result(plan, out, med)
+        url = med.database_url
+    finally:
+        med.close()
+    return LabDay(result, url, EPOCH, EPOCH + timedelta(seconds=result.end_s))

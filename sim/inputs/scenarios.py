@@ -160,13 +160,16 @@ class NodeGroup:
 
     Node ids are `f"{id_prefix}{i:03d}"` for i = 0..count-1 (zero-padded wider if needed, so that
     string order, which the matcher uses, is numeric order); `label` is a format string that may
-    use `{i}` and `{node_id}`.
+    use `{i}` and `{node_id}`. `names`, when given, are the ids of the group's first nodes (a
+    lab's twin keeps its nodes' own ids, docs/design.md §20): a `count` below their number keeps
+    the first `count` of them, one above adds nodes named by the prefix.
     """
 
     count: int
     capabilities: dict[str, Any]
     label: str = "{node_id}"
     id_prefix: str = "n"
+    names: tuple[str, ...] | None = None  # None: left out of the dict form (hashes unchanged)
 
     def __post_init__(self) -> None:
         _check(
@@ -177,7 +180,8 @@ class NodeGroup:
     def node_ids(self) -> list[str]:
         """The ids of this group's nodes, in order."""
         width = max(3, len(str(max(self.count - 1, 0))))
-        return [f"{self.id_prefix}{i:0{width}d}" for i in range(self.count)]
+        named = list((self.names or ())[: self.count])
+        return named + [f"{self.id_prefix}{i:0{width}d}" for i in range(len(named), self.count)]
 
 
 @dataclass(frozen=True)
@@ -321,8 +325,32 @@ class Scripted:
     tag: ClassVar[str] = "scripted"
 
 
-ArrivalProcess: TypeAlias = Poisson | Piecewise | Burst | Trace | Scripted
-_PROCESSES: dict[str, type[Any]] = {c.tag: c for c in (Poisson, Piecewise, Burst, Trace, Scripted)}
+@dataclass(frozen=True)
+class Recorded:
+    """Replay a lab's own exported history (`python -m sim twin export`; docs/design.md §20,
+    "Replaying a twin"): the runs of folder `path` at their recorded instants, each attempt
+    taking its recorded time and outcome, each ask its recorded answer delay, and the fleet's
+    recorded changes (`sim.inputs.twin`).
+
+    `from_s` replays from that second of the window on: the state the history shows there (runs
+    queued, runs running on their nodes, the fleet) is the initial state. `scale` scales the
+    arrivals: below 1 each run is kept with that probability, above 1 shifted copies of the
+    recorded stream are added (seeded); 1 replays exactly."""
+
+    path: str
+    from_s: float = 0.0
+    scale: float = 1.0
+    tag: ClassVar[str] = "twin"
+
+    def __post_init__(self) -> None:
+        _check(self.scale > 0, f"twin arrivals scale {self.scale} must be > 0")
+        _check(self.from_s >= 0, f"twin from_s {self.from_s} must be >= 0")
+
+
+ArrivalProcess: TypeAlias = Poisson | Piecewise | Burst | Trace | Scripted | Recorded
+_PROCESSES: dict[str, type[Any]] = {
+    c.tag: c for c in (Poisson, Piecewise, Burst, Trace, Scripted, Recorded)
+}
 
 
 @dataclass(frozen=True)
@@ -477,7 +505,7 @@ class Scenario:
                f"scenario {self.name!r}: warmup_runs ({self.warmup_runs}) must be below "
                f"runs ({self.horizon_runs}), or nothing is measured")  # fmt: skip
         st, interval = self.settings, self.fleet.advert_interval_s
-        finite = isinstance(self.workload.arrivals, Trace | Scripted)
+        finite = isinstance(self.workload.arrivals, Trace | Scripted | Recorded)
         if self.horizon_runs is None and self.horizon_s is None and not finite:
             raise ScenarioError(f"scenario {self.name!r}: set horizon_runs or horizon_s")
         # A live node must stay live and keep its lease between two of its own adverts,
@@ -627,6 +655,9 @@ FIELD_HELP: dict[str, str] = {
     "capabilities": "what the group's nodes advertise (matched against needs)",
     "label": "display label, may use {i} and {node_id}",
     "id_prefix": "node ids are this prefix and a number",
+    "names": "the ids of the group's first nodes (a twin's own node ids)",
+    "from_s": "a twin replays from this second of its window (the state there is the start)",
+    "scale": "a twin's arrivals are scaled by this (1: as recorded)",
     "at_s": "virtual second it happens",
     "node_id": "which node",
     "kind": "what kind (fleet event, random process or step)",
@@ -637,7 +668,7 @@ FIELD_HELP: dict[str, str] = {
     "start_s": "virtual second it starts",
     "workload": "what arrives",
     "arrivals": "the arrival process",
-    "process": "poisson, piecewise, burst, trace or scripted",
+    "process": "poisson, piecewise, burst, trace, scripted or twin",
     "rate": "arrivals per second (--set arrival_rate=X)",
     "points": "(second, rate) pairs of a piecewise rate",
     "period_s": "the rate pattern repeats with this period",
@@ -776,7 +807,10 @@ def _step_from(d: Mapping[str, Any]) -> StepSpec:
 def _scenario_from(d: Mapping[str, Any]) -> Scenario:
     fl = dict(d["fleet"])
     fleet = Fleet(
-        groups=tuple(NodeGroup(**g) for g in fl.pop("groups")),
+        groups=tuple(
+            NodeGroup(**{**g, "names": tuple(g["names"]) if "names" in g else None})
+            for g in fl.pop("groups")
+        ),
         events=tuple(FleetEvent(**e) for e in fl.pop("events", ())),
         random=tuple(
             RandomEvents(**{**r, "nodes": tuple(r.get("nodes", ()))}) for r in fl.pop("random", ())

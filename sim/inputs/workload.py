@@ -25,13 +25,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sim.inputs import traces
+from sim.inputs import traces, twin
 from sim.inputs.scenarios import (
     Burst,
     FleetEvent,
     NodeSpec,
     Piecewise,
     Poisson,
+    Recorded,
     Scenario,
     Scripted,
     Template,
@@ -350,6 +351,8 @@ def materialize(scenario: Scenario) -> Plan:
 
 
 def _materialize(scenario: Scenario) -> Plan:
+    if isinstance(scenario.workload.arrivals, Recorded):  # a lab's own twin (sim.inputs.twin)
+        return _twin_plan(scenario)
     st = scenario.settings
     nodes = scenario.fleet.nodes()
     times, choice, rows = _arrival_times(scenario)
@@ -398,3 +401,14 @@ def _materialize(scenario: Scenario) -> Plan:
     sources = tuple(rows["run_id"].astype(str)) if rows is not None and "run_id" in rows else ()
     fleet = tuple(_fleet_events(scenario, nodes, end))
     return Plan(scenario, tuple(nodes), arrivals, fleet, sources)
+
+
+def _twin_plan(scenario: Scenario) -> Plan:
+    parts = twin.plan_parts(scenario)
+    arrivals = tuple(
+        Arrival(a.at_s, a.run_id, a.template, a.contract,
+                tuple(tuple(Attempt(*x) for x in step) for step in a.step_outcomes),
+                tuple(Answer(*x) if x is not None else None for x in a.ask_answers))
+        for a in parts.arrivals
+    )  # fmt: skip
+    return Plan(scenario, parts.nodes, arrivals, parts.fleet_events, parts.source_ids)

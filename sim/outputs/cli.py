@@ -5,9 +5,14 @@
     python -m sim run SCENARIO [--set key=value ...] [--broker mediator|model] [--out DIR]
     python -m sim plan SCENARIO --sizes 3,4,5 --wait 600 [--quantile 0.95] [...]
     python -m sim report [--out reports/] [--scale full|ci]
+    python -m sim report --twin DIR [--out reports/lab] [--wait S] [--set key=value ...]
     python -m sim baseline --out DIR [SCENARIO ...]     (the CI gate: sim.outputs.gate)
     python -m sim check --baseline DIR [--tolerance F] [--junit FILE] [--markdown FILE]
     python -m sim twin export --database-url URL --since T --until T --out DIR [--pseudonymize]
+    python -m sim twin replay DIR [--broker model|mediator] [--set key=value ...]
+    python -m sim twin audit DIR [--broker model|mediator] [--set key=value ...]
+
+A twin's folder is a scenario wherever one is taken (``run DIR``, ``plan DIR``).
 
 ``--set`` takes the names Python takes — a built-in scenario's parameters (``runs=10``,
 ``arrival_rate=0.2``, ``service="lognormal"``), which rebuild it so derived fields follow — and
@@ -33,6 +38,7 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 
 from sim.brokers.entry import BROKERS, run
 from sim.brokers.twin import KEY_ENV, cli_export
+from sim.inputs import twin
 from sim.inputs.scenarios import (
     ALIASES,
     SCENARIOS,
@@ -42,9 +48,11 @@ from sim.inputs.scenarios import (
     explain,
     parse_set,
 )
+from sim.outputs.audit import add_parsers as add_twin_parsers
 from sim.outputs.coverage import add_parsers as add_coverage_parsers  # the gate's rule coverage
 from sim.outputs.gate import add_parsers as add_gate_parsers  # baseline, check: the CI gate
 from sim.outputs.report import main_job
+from sim.outputs.twinreport import twin_report
 from sim.studies.plan import plan
 
 
@@ -53,7 +61,9 @@ def _scenario(name: str, sets: list[str]) -> Scenario:
     TOML file, with the remaining ``--set`` paths applied."""
     path = Path(name)
     pairs = [parse_set(a) for a in sets]
-    if path.suffix == ".toml" and path.exists():
+    if (path / "twin.json").is_file():  # a lab's exported twin (sim.inputs.twin)
+        sc = twin.load(path)
+    elif path.suffix == ".toml" and path.exists():
         sc = Scenario.from_toml(path)
     elif name in SCENARIOS:
         params = inspect.signature(SCENARIOS[name]).parameters
@@ -180,6 +190,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.twin:  # the report for one lab, from its exported twin (sim.outputs.twinreport)
+        sc = _scenario(args.twin, args.set or [])
+        target = {"quantile": args.quantile, "wait_s": args.wait}
+        done = twin_report(sc, Path(args.out), target=target, growth=args.growth)
+        print(done.headline())
+        print(f"wrote {done.path}")
+        return 0
     return main_job(Path(args.out), scale=args.scale, database_url=args.database_url)
 
 
@@ -301,6 +318,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     rep = _parser(sub, "report", "the main job: every scenario, charts, a summary table")
     rep.add_argument("--out", default="reports", help="the report's folder")
+    rep.add_argument("--twin", metavar="DIR", help="the report for one lab: its exported twin")
+    rep.add_argument("--wait", type=float, default=600.0, help="(--twin) the target wait, s")
+    rep.add_argument("--quantile", type=float, default=0.95, help="(--twin) the target quantile")
+    rep.add_argument("--growth", type=float, default=1.5, help="(--twin) the grown load's factor")
+    rep.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="(--twin) the lab's settings, e.g. settings.advert_ttl_s=30",
+    )
     rep.add_argument(
         "--scale",
         choices=("full", "ci"),
@@ -326,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
     ex.set_defaults(func=cli_export)
+    add_twin_parsers(tw_sub, SET_HELP)  # replay, audit
     add_coverage_parsers(sub)
     return ap
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sim.outputs.gate import (
     BaselineError,
@@ -178,11 +178,10 @@ def _lifo_sweep() -> contextlib.AbstractContextManager[None]:
     def lifo(ctx: Any, first: Any = None) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE)
-        classes, fleet, head = first
-        if len(head) < sweep.HEAD_PAGE:  # a full head pages on from its last run: keep it
-            head = list(reversed(head))
-        return real(ctx, cast(Any, (classes, fleet, head)))
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+        if len(first.head) < sweep.HEAD_PAGE:  # a full head pages on from its last run: keep it
+            first = first._replace(head=list(reversed(first.head)))
+        return real(ctx, first)
 
     return _patched(sweep, "sweep", lifo)
 

@@ -56,7 +56,7 @@ import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 from sim.analysis import Interval, erlang_c, mmc_wait_quantile, mmc_wq, sectioning
 from sim.analysis import replication_seeds as _seeds
 from sim.brokers.entry import BROKERS, run
-from sim.inputs.scenarios import Constant, Scenario, Scripted, Trace
+from sim.inputs.scenarios import Constant, Recorded, Scenario, Scripted, Trace
 from sim.inputs.theory import mmc_params
 from sim.parallel import local_pool
 from sim.studies.classplan import plan_classes
@@ -589,6 +589,8 @@ def is_deterministic(scenario: Scenario) -> bool:
     """Whether the seed changes nothing: a trace or scripted arrivals, constant (or traced)
     durations, no failures, asks or random fleet processes — replications would be identical."""
     wl = scenario.workload
+    if isinstance(wl.arrivals, Recorded):  # a twin: every instant and outcome as recorded
+        return wl.arrivals.scale == 1 and not scenario.fleet.random
     if not isinstance(wl.arrivals, Trace | Scripted) or scenario.fleet.random:
         return False
     for t in wl.templates:
@@ -671,7 +673,9 @@ def plan(
     if per_class:
         if not isinstance(workload, Scenario):
             raise ValueError("per_class needs a Scenario (its node groups are the classes)")
-        return plan_classes(workload, target, fleet_sizes, replications or 5)  # type: ignore[return-value]
+        # a workload the seed changes nothing of (a twin, a trace) needs one replication
+        n_reps = replications or (1 if is_deterministic(workload) else 5)
+        return plan_classes(workload, target, fleet_sizes, n_reps)  # type: ignore[return-value]
     sizes = sorted(set(int(s) for s in fleet_sizes))
     if replications is None:
         first = sized(workload, sizes[0], group) if sizes else None

@@ -19,7 +19,8 @@ from mediator.api.auth import Tokens
 from tests.db.conftest import advert, contract
 from tests.db.test_api import bearer, finish, node
 
-ALICE, BOB = bearer("tc1"), bearer("tc2")
+TN1, TC1, TC2 = "tn1-0123456789abcdef", "tc1-0123456789abcdef", "tc2-0123456789abcdef"
+ALICE, BOB = bearer(TC1), bearer(TC2)
 
 
 @pytest.fixture
@@ -34,13 +35,14 @@ def capped(med, clock, tmp_path):
         "\n".join(
             f'[[token]]\ntoken = "{t}"\nprincipal = "{who}"\nrole = "{r}"\n'
             for t, who, r in [
-                ("tn1", "lab", "node"),
-                ("tc1", "alice", "client"),
-                ("tc2", "bob", "client"),
+                (TN1, "lab", "node"),
+                (TC1, "alice", "client"),
+                (TC2, "bob", "client"),
             ]
         )
     )
-    with TestClient(create_app(med, Tokens.load(str(p)))) as c:
+    p.chmod(0o600)  # a tokens file must be private (docs/security.md)
+    with TestClient(create_app(med, Tokens.load(str(p))), base_url="http://127.0.0.1") as c:
         c.clock = clock  # type: ignore[attr-defined]
         yield c
 
@@ -53,7 +55,7 @@ def queue(client, headers, board="x"):
 def test_a_principal_past_its_queued_runs_cap_is_429_with_retry_after_others_unaffected(capped):
     """Cap on QUEUED runs: the 4th queued run of alice is refused; bob still queues; a run that
     starts at once is never refused (the cap counts queued runs only); nothing was written."""
-    headers = bearer("tn1")
+    headers = bearer(TN1)
     assert node(capped, "X", headers=headers, board="x").status_code == 200
     started = queue(capped, ALICE)
     assert started.status_code == 201  # X is leased now; alice's next runs of board x queue
@@ -79,7 +81,7 @@ def test_a_principal_past_its_needs_classes_cap_is_429_yet_may_queue_in_its_clas
     naming the roles, a run of a class she already queues is not, and bob may open his own."""
     # No node at all serves boards a/b/c: with no live node the runs would be rejected, so one
     # busy node serves each board.
-    headers = bearer("tn1")
+    headers = bearer(TN1)
     for board in "abc":
         assert node(capped, f"N{board}", headers=headers, board=board).status_code == 200
         assert queue(capped, BOB, board).status_code == 201  # bob keeps every node busy
@@ -95,7 +97,7 @@ def test_a_principal_past_its_needs_classes_cap_is_429_yet_may_queue_in_its_clas
 
 def test_a_dry_run_and_an_existing_run_id_are_never_capped(capped):
     """A dry run writes nothing, and R3 answers an existing run before anything counts."""
-    headers = bearer("tn1")
+    headers = bearer(TN1)
     assert node(capped, "X", headers=headers, board="x").status_code == 200
     assert queue(capped, ALICE).status_code == 201
     for _ in range(3):
@@ -183,6 +185,111 @@ def test_a_release_of_one_node_rematches_only_the_classes_that_node_serves(med, 
     assert 0 < woke.matched <= 2 * (FLOOD // BOARDS)  # before and after its own promotion
 
 
+def test_results_and_adverts_read_and_match_none_of_thousands_of_classes_they_cannot_serve(
+    med, clock, monkeypatch
+):
+    """§6 "Sweeps remember", the read as well as the matching: with 5,000 distinct classes
+    queued behind ten busy nodes, the sweep after an advert whose new capabilities serve none of
+    them, and the sweep after a result that frees a node none of them wants, read no class
+    (before: every sweep read all 5,000, one row each) and call the matcher for none; the
+    process still knows all 5,000 are waiting. The release of N3 then reads the one class that
+    left the queue and re-matches the 500 that N3 serves, as before."""
+    import mediator.flows.sweep as sweep_mod
+    from mediator.store.tx import Tx
+
+    for j in range(BOARDS):
+        advert(med, f"N{j}", board=f"b{j}")
+    advert(med, "idle", board="z")
+    advert(med, "W", board="w")
+    busy = {}
+    for j in range(BOARDS):
+        clock.advance(1)
+        busy[j] = med.submit(contract(dut={"board": f"b{j}"})).run.run_id
+    clock.advance(1)
+    flood(med, clock)
+    assert med.wake_queued().matched == FLOOD  # the first sweep reads and matches every class
+
+    read: list[int] = []  # classes in each sweep's first read
+    real_head, real_match = Tx.sweep_head, sweep_mod.match
+
+    def head(self, *args, **kwargs):
+        first = real_head(self, *args, **kwargs)
+        read.append(len(first.classes))
+        return first
+
+    matched: list[str] = []
+
+    def counting(needs, *args):
+        matched.append(next(iter(needs.values()))["board"])
+        return real_match(needs, *args)
+
+    monkeypatch.setattr(Tx, "sweep_head", head)
+    monkeypatch.setattr(sweep_mod, "match", counting)
+    reports = []
+    med.ctx.sweep_observers.append(lambda _s, report: reports.append(report))
+
+    for k in range(3):  # wake 9: new capabilities, none that a queued class asks for
+        clock.advance(1)
+        advert(med, "idle", board="z", round=k)
+    assert (read, matched) == ([0, 0, 0], [])
+    assert [r.classes for r in reports] == [FLOOD] * 3
+    assert [r.remembered for r in reports] == [FLOOD] * 3
+
+    read.clear()
+    reports.clear()
+    clock.advance(1)
+    own = med.submit(contract(dut={"board": "w"})).run.run_id  # starts at once on W
+    finish_in_process(med, own, "W")  # wake 1: W is released; no queued class wants it
+    assert read == [1] and matched == []  # its own class, read as no longer waiting
+    (woke,) = reports
+    assert (woke.classes, woke.matched, woke.promoted) == (FLOOD, 0, [])
+
+    read.clear()
+    reports.clear()
+    finish_in_process(med, busy[3], "N3")  # wake 1: N3 is released; 500 classes want it
+    assert read == [1]  # the blocker's class, read as no longer waiting
+    (woke,) = reports
+    assert woke.promoted == ["flood-00003"]  # the first b3 run in arrival order (R6, I7)
+    assert set(matched) == {"b3"} and woke.remembered == FLOOD - FLOOD // BOARDS
+
+
+def test_classes_queued_and_cancelled_by_another_process_reach_this_ones_sweeps(
+    med, dsn, clock, config, tmp_path
+):
+    """§6 "Sweeps remember", across processes: this process reads only what changed since its
+    last read, so what another Mediator process on the same database does in between must be
+    in that change. A class queued there is promoted by this process's next sweep (the run's
+    queued_tx is past the mark), and a class whose only run is cancelled there is no longer held
+    here after the next read (the cancel's event is past the mark)."""
+    from mediator import Mediator
+
+    advert(med, "X", board="x", usb=True)
+    advert(med, "Y", board="y", n=1)
+    clock.advance(1)
+    first = med.submit(contract(dut={"board": "x"})).run.run_id  # X busy
+    clock.advance(1)
+    blocker = med.submit(contract(dut={"board": "y"})).run.run_id  # Y busy
+    reports = []
+    med.ctx.sweep_observers.append(lambda _s, report: reports.append(report))
+    assert med.wake_queued().classes == 0  # the mark: nothing queued yet
+    other = Mediator.connect(dsn, config=config, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        clock.advance(1)
+        usb = other.submit(contract(dut={"board": "x", "usb": True}))  # a class new here
+        clock.advance(1)
+        gone = other.submit(contract(dut={"board": "y", "n": 1}))
+        assert (usb.outcome, gone.outcome) == ("queued", "queued")
+        assert med.wake_queued().classes == 2  # both read as arrived since the mark
+        other.cancel(gone.run.run_id)
+    finally:
+        other.close()
+    finish_in_process(med, first, "X")  # wake 1 here: X is free
+    assert med.get_run(usb.run.run_id).state == "RUNNING"  # promoted by this process
+    assert reports[-1].classes == 1  # the cancelled run's class was read as gone
+    finish_in_process(med, blocker, "Y")
+    assert reports[-1].classes == 0 and med.get_run(gone.run.run_id).state == "FAILED"
+
+
 def finish_in_process(med, run_id, node_id):
     step = next(s for s in med.work(node_id) if s.run_id == run_id)
     claimed = med.claim(run_id, step.seq, node_id)
@@ -217,7 +324,7 @@ def test_nodes_pages_list_every_node_exactly_once_under_concurrent_adverts(med):
             advert(med, f"m{k:05d}", board="y")  # a newcomer, also in the middle of the order
             k += 1
 
-    with TestClient(create_app(med)) as client:
+    with TestClient(create_app(med), base_url="http://127.0.0.1") as client:
         worker = threading.Thread(target=advertising)
         worker.start()
         try:

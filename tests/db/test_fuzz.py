@@ -67,7 +67,11 @@ def test_every_route_answers_cleanly_to_generated_requests(med, capsys):
                 error = response.json()["error"]
                 assert set(error) == {"code", "message", "field"}, error
                 text = response.text.lower()
-                assert not any(leak in text for leak in LEAKS), (op.label, text[:300])
+                # an answer may repeat what the request said ("no run with run_id 'psycopg'"):
+                # only words the request did not carry are leaks
+                sent = repr((case.path_parameters, case.query, case.body)).lower()
+                leaked = [leak for leak in LEAKS if leak in text and leak not in sent]
+                assert not leaked, (op.label, text[:300])
 
         try:
             probe()

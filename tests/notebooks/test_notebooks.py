@@ -25,6 +25,7 @@ TESTED = {
     "02-vanished-node",
     "03-drain-and-restarts",
     "04-capacity-planning-nasa",
+    "05_your_lab",
 }
 
 
@@ -226,3 +227,21 @@ def test_state_shows_the_sentence_and_carries_plain_numbers(monkeypatch) -> None
 def test_server_passes_a_given_url_through() -> None:
     url = "postgresql://postgres@127.0.0.1:5999/postgres"
     assert notebooks.server(url) == url
+
+
+def test_your_lab(cluster: Any) -> None:
+    """A lab day on the real Mediator, exported under pseudonyms, replayed exactly on both
+    brokers, audited clean; what-ifs and the per-class plan answer for that lab."""
+    n = execute("05_your_lab", cluster)
+    assert n["lab_runs"] > 60 and n["lab_nodes"] == 9 and n["fleet_changes"] >= 4
+    assert n["decisions"] > 60
+    assert n["replay_model_identical"] is True and n["replay_mediator_identical"] is True
+    assert n["replay_violations"] == 0
+    assert n["audit_clean"] is True and n["audit_findings"] == 0
+    assert n["audit_decisions"] == n["decisions"]
+    assert n["p95_stm32_plus1_s"] <= n["p95_stm32_recorded_s"]
+    assert n["p95_one_host_fewer_s"] >= n["p95_recorded_s"]
+    assert n["p95_grown_s"] >= n["p95_recorded_s"]
+    today, grown = n["counts_today"], n["counts_grown"]
+    assert set(today) == {"arch=arm,board=imx8+", "board=stm32+", "host=linux+"}
+    assert all(grown[g] >= today[g] for g in today)  # more load never needs fewer nodes

@@ -47,7 +47,7 @@ def lab(dsn: str, tmp_path: Path) -> Iterator[tuple[Mediator, ManualClock]]:
 
 def one_step(run_id: str) -> dict[str, Any]:
     return {"run_id": run_id, "roles": {"dut": {"board": "x"}},
-            "steps": [{"name": "test", "role": "dut"}]}  # fmt: skip
+            "steps": [{"name": "test", "role": "dut", "with": {"cmd": "true"}}]}  # fmt: skip
 
 
 def at(clock: ManualClock, t: float) -> None:
@@ -79,9 +79,9 @@ def play_the_day(med: Mediator, clock: ManualClock) -> None:
     at(clock, 300)
     med.submit({
         "run_id": "b", "work_id": "nightly", "roles": {"dut": {"board": "x"}},
-        "steps": [{"name": "flash", "role": "dut"},
+        "steps": [{"name": "flash", "role": "dut", "with": {"cmd": "true"}},
                   {"name": "probe", "kind": "ask", "ask": "Clip the probe", "after": ["flash"]},
-                  {"name": "verify", "role": "dut", "after": ["probe"]}],
+                  {"name": "verify", "role": "dut", "after": ["probe"], "with": {"cmd": "true"}}],
     })  # fmt: skip
     at(clock, 310)
     do_step(med, "b", 0, None)
@@ -138,6 +138,10 @@ def test_a_lab_day_exports_the_runs_steps_attempts_asks_and_fleet(
     ]  # fmt: skip
     assert json.loads(runs[1]["needs"]) == {"dut": {"board": "x"}}
     assert runs[1]["work_id"] == "nightly"
+    # where each run started: what a replay compares (late's start is in the window too)
+    assert [json.loads(r["assigned"]) for r in runs] == [{"dut": "X"}] * 4
+    # every node named, in the lab's id order (a pseudonymized replay keeps the matcher's order)
+    assert [(n["node_id"], n["order"]) for n in table(out, "nodes")] == [("X", "0"), ("Y", "1")]
 
     steps = table(out, "steps")
     assert [(s["run_id"], s["seq"], s["name"], s["kind"]) for s in steps if s["run_id"] == "b"] == [
@@ -170,7 +174,7 @@ def test_a_lab_day_exports_the_runs_steps_attempts_asks_and_fleet(
     ]  # fmt: skip
 
     manifest = json.loads((out / "twin.json").read_text())
-    assert manifest["format"] == "mediator-twin/1" and manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["format"] == "mediator-twin/2" and manifest["schema_version"] == SCHEMA_VERSION
     assert manifest["tables"]["runs"]["rows"] == 4 == done.rows["runs"]
     assert manifest["pseudonymized"] is False
 
@@ -190,7 +194,7 @@ def test_pseudonyms_are_stable_and_consistent_across_tables(
     sim.twin.export(dsn, SINCE, UNTIL, a, pseudonymize=True, key=b"lab", progress=False)
     sim.twin.export(dsn, SINCE, UNTIL, b, pseudonymize=True, key=b"lab", progress=False)
     sim.twin.export(dsn, SINCE, UNTIL, c, pseudonymize=True, key=b"other", progress=False)
-    for name in ("runs", "steps", "attempts", "asks", "fleet_at_since", "fleet_events"):
+    for name in ("runs", "steps", "attempts", "asks", "fleet_at_since", "fleet_events", "nodes"):
         assert table(a, name) == table(b, name)  # same key, same pseudonyms
     runs = table(a, "runs")
     run_ids = {r["run_id"] for r in runs}
@@ -203,6 +207,8 @@ def test_pseudonyms_are_stable_and_consistent_across_tables(
     assert len(nodes) == 2 and all(n.startswith("n-") for n in nodes)
     assert {x["node_id"] for x in table(a, "attempts")} <= nodes
     assert {e["node_id"] for e in table(a, "fleet_events")} <= nodes
+    assert {n for r in runs for n in json.loads(r["assigned"] or "{}").values()} <= nodes
+    assert {n["node_id"] for n in table(a, "nodes")} == nodes
     assert runs[1]["work_id"].startswith("w-")
     # the mapping is HMAC-SHA256 under the key: recomputable by whoever holds it
     assert sim.twin.Pseudonyms(b"lab")("run", "early") == runs[0]["run_id"]
