@@ -15,10 +15,13 @@ status than the one the route answers on success; ``submit`` returns a :class:`R
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json as _json
 import math
+import os
 import re
+import stat
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import httpcore
 import httpx
 
 from mediator.core.errors import MediatorError
@@ -153,6 +157,87 @@ def _segment(value: object) -> str:
 _MAX_NODE_PAGES = 1000
 
 
+# The instant (time.monotonic) the request in flight on this thread must be over by: every
+# socket operation waits at most until then (issue 25 §9). httpx's own timeout is per read, so
+# a server that trickled its status line and headers a byte at a time held a request for ever.
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+
+
+def _left(timeout: float | None) -> float | None:
+    """The smaller of an operation's own timeout and the time left before the deadline."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket whose every read and write ends by the request's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _left(timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, _left(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own sockets, wrapped in :class:`_DeadlineStream`; connecting is bounded too."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._backend.connect_tcp(
+            host, port, _left(timeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.NetworkStream:
+        return _DeadlineStream(
+            self._backend.connect_unix_socket(path, _left(timeout), socket_options)
+        )
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def _transport() -> httpx.HTTPTransport:
+    """httpx's transport over :class:`_DeadlineBackend`. httpx takes no network backend, so its
+    pool is replaced by the same httpcore pool built with one (tests/adversarial cover it)."""
+    transport = httpx.HTTPTransport()
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=httpx.create_ssl_context(), network_backend=_DeadlineBackend()
+    )
+    return transport
+
+
 class Client:
     """The Mediator's HTTP API as Python methods.
 
@@ -180,7 +265,7 @@ class Client:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport or _transport()
         )
 
     def close(self) -> None:
@@ -221,18 +306,32 @@ class Client:
             ApiError: A status not in ``ok``.
         """
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        deadline = time.monotonic() + self.timeout
-        try:
-            with self._http.stream(method, path, json=json, params=query or None) as resp:
-                content = self._read(resp, deadline)
-        except httpx.TransportError as exc:
-            raise Unreachable(self.url, _reason(exc)) from None
+        resp, content = self._fetch(method, path, json=json, params=query or None)
         body = self._decode(content, resp.status_code in tuple(ok))
         if resp.status_code in tuple(ok):
             if not isinstance(body, dict):
                 raise BadAnswer(self.url, f"{method} {path} answered {_kind(body)}, not an object")
             return Reply(resp.status_code, body)
         raise _error(resp, content, body)
+
+    def _fetch(self, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, bytes]:
+        """One exchange, over by ``self.timeout`` whatever the server does: connecting, sending,
+        the status line and headers (each socket read waits only for the time left) and the
+        body (:meth:`_read`)."""
+        deadline = time.monotonic() + self.timeout
+        token = _deadline.set(deadline)
+        try:
+            with self._http.stream(method, path, **kwargs) as resp:
+                content = self._read(resp, deadline)
+        except httpx.TimeoutException as exc:
+            if time.monotonic() < deadline or isinstance(exc, httpx.ConnectTimeout):
+                raise Unreachable(self.url, _reason(exc)) from None
+            raise BadAnswer(self.url, f"the answer did not end within {self.timeout:g} s") from None
+        except httpx.TransportError as exc:
+            raise Unreachable(self.url, _reason(exc)) from None
+        finally:
+            _deadline.reset(token)
+        return resp, content
 
     def _read(self, resp: httpx.Response, deadline: float) -> bytes:
         """The whole body, at most :data:`MAX_RESPONSE_BYTES`, by ``deadline``."""
@@ -311,18 +410,20 @@ class Client:
         *,
         label: str = "",
         drain: str = "",
+        actions: Iterable[str] | None = None,
     ) -> float:
-        """Advertise a node (route 1) and return the ``advert_ttl_seconds`` the server asks for."""
-        body = self._post(
-            "/v1/nodes",
-            {
-                "node_id": node_id,
-                "label": label,
-                "capabilities": dict(capabilities),
-                "instance": instance,
-                "policy": {"drain": drain},
-            },
-        )
+        """Advertise a node (route 1) and return the ``advert_ttl_seconds`` the server asks for.
+        ``actions``: the actions the node offers (docs/design.md §4 "Actions"); None sends none."""
+        advert: dict[str, Any] = {
+            "node_id": node_id,
+            "label": label,
+            "capabilities": dict(capabilities),
+            "instance": instance,
+            "policy": {"drain": drain},
+        }
+        if actions is not None:
+            advert["actions"] = sorted(actions)
+        body = self._post("/v1/nodes", advert)
         ttl = body.get("advert_ttl_seconds")
         if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl):
             raise BadAnswer(self.url, f"advert_ttl_seconds is {_kind(ttl)}, not a number")
@@ -372,14 +473,26 @@ class Client:
     # ---- client routes -------------------------------------------------------------------------
 
     def submit(self, contract: Any, *, dry_run: bool = False) -> Reply:
-        """Submit a contract (route 5). 200, 201, 202 and 422 are replies, not errors."""
-        return self.request(
+        """Submit a contract (route 5). 200, 201, 202 and a 422 with the FAILED run are replies;
+        a 422 that wrote no run — ``unknown_action`` (docs/design.md §4 "Actions") — is an
+        :class:`ApiError` like a 400."""
+        reply = self.request(
             "POST",
             "/v1/runs",
             json=contract,
             params={"dry_run": "true"} if dry_run else None,
             ok=(200, 201, 202, 422),
         )
+        error = reply.body.get("error")
+        if reply.status == 422 and isinstance(error, dict):
+            raise ApiError(
+                422,
+                str(error.get("code") or "http_422"),
+                str(error.get("message") or ""),
+                field=error.get("field") if isinstance(error.get("field"), str) else None,
+                body=reply.body,
+            )
+        return reply
 
     def list_runs(
         self,
@@ -413,12 +526,7 @@ class Client:
     def record_text(self, run_id: str, name: str) -> str:
         """One file of a run's record as text (route 10), e.g. ``steps/0000-flash.log``."""
         path = f"/v1/runs/{_segment(run_id)}/record/" + "/".join(map(_segment, name.split("/")))
-        deadline = time.monotonic() + self.timeout
-        try:
-            with self._http.stream("GET", path) as resp:
-                content = self._read(resp, deadline)  # bounded like every answer
-        except httpx.TransportError as exc:
-            raise Unreachable(self.url, _reason(exc)) from None
+        resp, content = self._fetch("GET", path)  # bounded like every answer
         if resp.status_code != 200:
             raise _error(resp, content, self._decode(content, False))
         return content.decode("utf-8", "replace")
@@ -494,3 +602,33 @@ def _reason(exc: httpx.TransportError) -> str:
     # e.g. "[Errno 111] Connection refused": the OS's words say whether to start the server or
     # fix the address.
     return str(exc) or type(exc).__name__
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its one line, without the line end. The file must be a regular
+    file only this account may read or write (like ``ssh`` with a private key). ``enode`` and
+    ``runctl`` read ``--token-file`` with it (docs/security.md "Tokens on the command line").
+
+    Raises:
+        ValueError: The file cannot be read, is open to other accounts, or holds no token.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"the token file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"the token file {path} is open to other accounts "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}); make it private: chmod 600 {path}"
+            )
+        data = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    token = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    if not token or len(data) > 4096 or any(c in token for c in "\r\n"):
+        raise ValueError(f"the token file {path} must hold one token on one line")
+    return token

@@ -20,6 +20,7 @@ from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed
 from mediator.api.metrics import Metrics
 from mediator.api.schemas import Auth
+from mediator.core import limits
 from mediator.core.errors import Forbidden, NotFound
 from mediator.flows import Mediator
 
@@ -80,7 +81,9 @@ NodeCaller = Annotated[Principal, Depends(node)]
 
 
 def as_node(med: Mediator, p: Principal, node_id: str) -> None:
-    """A node acts only for itself: the principal bound at its first advert (§9)."""
+    """A node acts only for itself: the principal bound at its first advert (§9). A malformed
+    id is 400 ``invalid_node_id`` first, as the flows answer it (issue 29), not "unknown node"."""
+    limits.check_node_id(node_id)
     if p.dev:
         return
     owner = med.node_principal(node_id)

@@ -72,8 +72,9 @@ def validation_error(request: Request, exc: RequestValidationError) -> JSONRespo
         close = difflib.get_close_matches(loc[-1], known, n=1)
         hint = f'did you mean "{close[0]}"?' if close else f"use {', '.join(known)}."
         return error(400, "unknown_field", f"{field} is not a known field; {hint}", field)
-    if loc == ["node_id"] and "path" in first.get("loc", ()):
-        # The node's own name, as the advert route answers it (issue 29): not a request shape.
+    if loc == ["node_id"] or (loc == ["after"] and request.url.path == "/v1/nodes"):
+        # A node's name — in a path, a body or the fleet's cursor — as the flows answer it
+        # (issue 29): one code wherever a node id is malformed, not a request shape.
         return error(400, "invalid_node_id", f"{where}{msg}.", field)
     return error(400, "invalid_request", f"{where}{msg}.", field)
 

@@ -23,6 +23,8 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema
 from pydantic.config import JsonDict
 
+from mediator.core.limits import MAX_ACTIONS, MAX_KEY
+
 MAX_INT = 2**31 - 1  # seq, attempt, ask_id are PostgreSQL integers: larger is a 400, not a 500
 MAX_EVENT_ID = 2**63 - 1  # events.id is a bigint
 # The id rule of mediator/core/limits.py (valid_run_id), without a leading dot (docs/security.md:
@@ -114,6 +116,17 @@ class AdvertBody(_Body):
     capabilities: dict[str, Any] = Field(json_schema_extra=_CAPABILITIES)
     instance: str = Field(json_schema_extra={"minLength": 1, "maxLength": 128})
     policy: Policy = Field(default_factory=Policy)
+    # list[Any]: the flow checks each name and answers `actions[i]` (docs/design.md §15).
+    actions: list[Any] | None = Field(
+        default=None,
+        description="The actions this node's daemon offers, built-ins and plugins (docs/design.md "
+        '§4 "Actions"): a submit refuses a `uses` no node able to fill its role offers. '
+        "Absent: not said, any `uses` may run here.",
+        json_schema_extra={
+            "maxItems": MAX_ACTIONS,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_KEY},
+        },
+    )
 
 
 class ClaimBody(_Body):
@@ -274,6 +287,10 @@ class FleetNode(_Answer):
     seen_at: datetime
     expires_at: datetime
     drain: Literal["", "graceful", "at-boundary"]
+    actions: list[str] | None = Field(
+        description='The actions its daemon offers (docs/design.md §4 "Actions"); null: '
+        "its adverts do not say."
+    )
     lease: NodeLease | None
 
 

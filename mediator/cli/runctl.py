@@ -44,6 +44,7 @@ from mediator.client import (
     Unreachable,
     printable,
     printable_json,
+    read_token_file,
 )
 
 EXIT_OK = 0
@@ -60,7 +61,8 @@ exit status:
   {EXIT_OK}    success (200/201/202); watch and submit --wait: the run PASSED
   {EXIT_ERROR}    watch and submit --wait: the run FAILED; any other error the server answered
   {EXIT_USAGE}    usage error (a bad option, an unreadable contract file)
-  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED); submit --dry-run:
+  {EXIT_REJECTED}    422: no node can serve this contract (the run is FAILED, or no node offers a
+       step's action: unknown_action, nothing written); submit --dry-run:
        the contract would be refused so (NO_CANDIDATE)
   {EXIT_UNKNOWN_RUN}    no such run (status, watch, cancel)
   {EXIT_TIMEOUT}    watch and submit --wait: --timeout passed before the run ended
@@ -98,9 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"Mediator base URL (default: $MEDIATOR_URL or {DEFAULT_URL})",
     )
     common.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="file holding the bearer token, mode 0600 (default: $MEDIATOR_TOKEN_FILE, else "
+        "$MEDIATOR_TOKEN, else none: a --dev server)",
+    )
+    common.add_argument(
         "--token",
         default=argparse.SUPPRESS,
-        help="bearer token (default: $MEDIATOR_TOKEN, or none: a --dev server)",
+        help="bearer token; visible to every local user in the process list, prefer "
+        "--token-file (default: none)",
     )
     common.add_argument(
         "--json",
@@ -242,6 +252,33 @@ def main(
         return EXIT_BROKEN_PIPE
 
 
+def resolve_token(args: argparse.Namespace, err: TextIO) -> str | None:
+    """The bearer token, as ``enode`` finds its own (docs/security.md "Tokens on the command
+    line"): ``--token-file`` (0600, one line), else ``--token`` (with a warning: a command line
+    is readable by every local user), else the file in ``$MEDIATOR_TOKEN_FILE``, else
+    ``$MEDIATOR_TOKEN``, else none (a ``--dev`` server).
+
+    Raises:
+        ValueError: Both flags given, or a bad token file.
+    """
+    token_file = getattr(args, "token_file", None)
+    token = getattr(args, "token", None)
+    if token_file and token:
+        raise ValueError("give --token-file or --token, not both")
+    if token_file:
+        return read_token_file(token_file)
+    if token:
+        print(
+            "runctl: warning: --token is readable by every local user in the process list; "
+            "use --token-file FILE (mode 0600) instead",
+            file=err,
+        )
+        return str(token)
+    if os.environ.get("MEDIATOR_TOKEN_FILE"):
+        return read_token_file(os.environ["MEDIATOR_TOKEN_FILE"])
+    return os.environ.get("MEDIATOR_TOKEN") or None
+
+
 def _main(
     argv: list[str] | None,
     client: Client | None,
@@ -256,7 +293,11 @@ def _main(
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     as_json = getattr(args, "json", False)
     url = getattr(args, "url", None) or os.environ.get("MEDIATOR_URL") or DEFAULT_URL
-    token = getattr(args, "token", None) or os.environ.get("MEDIATOR_TOKEN") or None
+    try:
+        token = resolve_token(args, err)
+    except ValueError as exc:
+        print(f"runctl: {printable(str(exc))}", file=err)
+        return EXIT_USAGE
     cli = Command(client or Client(url, token), out=out, as_json=as_json, sleep=sleep, clock=clock)
     try:
         return cli.dispatch(args)
@@ -273,6 +314,8 @@ def _main(
         if as_json and exc.body is not None:
             cli.dump(exc.body)
         print(f"runctl: {printable(str(exc))}", file=err)
+        if exc.status == 422:  # no node can serve the contract (unknown_action): as a 422 run
+            return EXIT_REJECTED
         return EXIT_UNKNOWN_RUN if exc.code == "unknown_run" else EXIT_ERROR
     except (KeyError, TypeError, AttributeError) as exc:
         # A field of an answer that is not what a Mediator sends, met while printing it
@@ -466,10 +509,12 @@ class Command:
                 (n.get("lease") or {}).get("run_id") or "-",
                 n.get("expires_at") or "",
                 json.dumps(n.get("capabilities", {}), sort_keys=True, separators=(",", ":")),
+                ",".join(map(str, n.get("actions") or [])) or "-",
             ]
             for n in body.get("nodes", [])
         ]
-        self.say(*table(["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES"], rows))
+        head = ["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES", "ACTIONS"]
+        self.say(*table(head, rows))
         return EXIT_OK
 
     def cmd_asks(self, args: argparse.Namespace) -> int:

@@ -18,12 +18,12 @@ import hashlib
 import json
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mediator.core.capabilities import is_scalar
-from mediator.core.errors import ContractError
+from mediator.core.capabilities import is_scalar, satisfies
+from mediator.core.errors import ContractError, UnknownAction
 from mediator.core.limits import (
     ID_RE,
     MAX_BODY_DEPTH,
@@ -582,3 +582,40 @@ def _check_roles_used(roles: Mapping[str, Any], steps: Sequence[StepSpec]) -> No
                 f"{field} is used by no step; remove the role or give it a step.",
                 field=field,
             )
+
+
+def unoffered_action(
+    contract: Contract, nodes: Iterable[tuple[Mapping[str, Any], frozenset[str] | None]]
+) -> UnknownAction | None:
+    """The first exec step whose plugin ``uses`` no node able to fill its role offers
+    (docs/design.md §4 "Actions"), as the error to answer; None when every step's is offered.
+
+    ``nodes`` are the live nodes as ``(capabilities, actions)``; ``actions`` None means the node
+    did not say (an older daemon, an in-process node), so it may offer anything. Built-ins are
+    on every node. A role no node can fill at all is left to the matcher (``NO_CANDIDATE``).
+    """
+    fleet = list(nodes)
+    if all(acts is None for _, acts in fleet):
+        return None  # no node says (the simulator's fleets): nothing to check, nothing to pay
+    able_by_role: dict[str, list[frozenset[str] | None]] = {}
+    checked: set[tuple[str, str]] = set()
+    for step in contract.steps:  # each role's able nodes once: O(roles × nodes), not steps ×
+        if step.kind != "exec" or step.uses in BUILTIN_ACTIONS or (step.role, step.uses) in checked:
+            continue
+        checked.add((step.role, step.uses))
+        able = able_by_role.get(step.role)
+        if able is None:
+            needs = contract.roles[step.role]
+            able = able_by_role[step.role] = [a for caps, a in fleet if satisfies(needs, caps)]
+        if not able or any(acts is None or step.uses in acts for acts in able):
+            continue
+        offered = sorted(set().union(*(acts for acts in able if acts is not None)))
+        shown = ", ".join(offered[:20]) + (f" and {len(offered) - 20} more" if offered[20:] else "")
+        at = f"steps[{step.seq}].uses"
+        return UnknownAction(
+            f"{at}: no live node that can fill role {_show(step.role)} offers the action "
+            f"{_show(step.uses)} (they offer: {shown}); install that plugin on such a node, or "
+            "check the name.",
+            field=at,
+        )
+    return None

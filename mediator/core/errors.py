@@ -33,6 +33,15 @@ class ContractError(MediatorError):
     code = "invalid_contract"
 
 
+class UnknownAction(MediatorError):
+    """A step's ``uses`` that no live node able to fill its role offers (docs/design.md §4
+    "Actions"). HTTP 422, like every "no node can serve this contract"; nothing is written, so
+    the same submit succeeds once such a node advertises."""
+
+    status = 422
+    code = "unknown_action"
+
+
 class ConfigError(MediatorError):
     """A configuration value that cannot work (docs/design.md §16), naming the setting."""
 

@@ -22,6 +22,7 @@ MAX_STEPS: Final = 1000
 MAX_ROLES: Final = 64
 MAX_NEEDS: Final = 64  # needs of one role
 MAX_CAPABILITIES: Final = 256  # capabilities of one advert
+MAX_ACTIONS: Final = 256  # action names in one advert's ``actions`` (docs/design.md §4)
 MAX_LIST: Final = 256  # members of one capability list
 MAX_KEY: Final = 128  # a capability or need name, a step name, an action name
 MAX_VALUE: Final = 1024  # a string need or capability value
@@ -40,6 +41,7 @@ LIMITS: Final = {
     "MAX_VALUE": MAX_VALUE, "MAX_WORK_ID": MAX_WORK_ID, "MAX_TEXT": MAX_TEXT,
     "MAX_DEPTH": MAX_DEPTH, "MAX_BODY_DEPTH": MAX_BODY_DEPTH,
     "MAX_NUMBER_CHARS": MAX_NUMBER_CHARS, "MAX_SEARCH_NEEDS": MAX_SEARCH_NEEDS,
+    "MAX_ACTIONS": MAX_ACTIONS,
 }  # fmt: skip
 
 # Ids become folder names (records) and appear in URLs: letters, digits, `.`, `_`, `-`, but never
@@ -69,6 +71,47 @@ def valid_id(value: object) -> bool:
 def valid_run_id(value: object) -> bool:
     """``valid_id`` under the name the flows use for run and node ids."""
     return valid_id(value)
+
+
+def check_node_id(value: object, field: str = "node_id") -> None:
+    """Refuse a malformed node id wherever one is sent — an advert, a work poll, a claim, a
+    result, the fleet's ``after`` cursor — with one code, ``invalid_node_id`` (issue 29: a node's
+    operator sent no contract, so not ``invalid_contract``; and a claim or result from a
+    malformed id was answered ``not_your_step`` as if such a node could exist).
+
+    Raises:
+        ContractError: 400 ``invalid_node_id`` naming ``field``.
+    """
+    if not valid_id(value):
+        raise ContractError(
+            f"{field} must be 1-64 characters of letters, digits, '.', '_' or '-', not "
+            "'.' or '..' nor starting with '.'.",
+            field=field,
+            code="invalid_node_id",
+        )
+
+
+def check_actions(value: object, field: str = "actions") -> list[str] | None:
+    """An advert's ``actions`` — the names of the actions its daemon offers — sorted and without
+    repeats; None (not said) stays None (docs/design.md §4 "Actions").
+
+    Raises:
+        ContractError: not a list of at most :data:`MAX_ACTIONS` non-empty strings of at most
+            :data:`MAX_KEY` characters, naming the element at fault.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) > MAX_ACTIONS:
+        raise ContractError(f"{field} must be a list of at most {MAX_ACTIONS} action names.",
+                            field=field)  # fmt: skip
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not name or len(name) > MAX_KEY:
+            raise ContractError(
+                f"{field}[{i}] must be an action name of 1-{MAX_KEY} characters.",
+                field=f"{field}[{i}]",
+            )
+        check_text(name, f"{field}[{i}]")
+    return sorted(set(value))
 
 
 def check_text(value: object, field: str, limit: int = MAX_TEXT) -> None:

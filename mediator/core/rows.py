@@ -161,6 +161,7 @@ class Node(_Row):
     seen_at: datetime
     expires_at: datetime
     drain: str
+    actions: list[str] | None  # what its daemon offers (docs/design.md §4); None: not said
     lease: Lease | None
 
 
@@ -191,6 +192,8 @@ class FleetNode:
     instance: str
     drain: str
     busy: bool
+    # The actions its daemon offers (docs/design.md §4 "Actions"); None: not said, any.
+    actions: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

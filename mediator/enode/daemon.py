@@ -134,6 +134,7 @@ class Daemon:
         self.label = label
         self.instance = instance or uuid.uuid4().hex
         self.actions = dict(load_actions() if actions is None else actions)
+        self._send_actions = True  # False once a Mediator refused the field (an older server)
         self.poll_seconds = poll_seconds
         self.clock = clock
         self.drain = drain
@@ -298,9 +299,17 @@ class Daemon:
         now = self.clock()
         drain = self.drain
         try:
-            ttl = self.client.advert(
-                self.node_id, self.capabilities, self.instance, label=self.label, drain=drain
-            )
+            try:
+                ttl = self._advert(drain)
+            except ApiError as exc:
+                if not (self._send_actions and exc.code == "unknown_field"
+                        and exc.field == "actions"):  # fmt: skip
+                    raise
+                # A Mediator from before adverts carried actions (docs/design.md §4 "Actions"):
+                # advertise without them, as such a server expects; it checks no plugin `uses`.
+                log.info("the Mediator takes no actions in adverts; advertising without them")
+                self._send_actions = False
+                ttl = self._advert(drain)
         except ApiError as exc:
             if isinstance(exc, Unreachable) or exc.status >= 500 or exc.status == 429:
                 self._note_failure("advert", exc)
@@ -316,6 +325,15 @@ class Daemon:
         self.advert_ttl = ttl
         self._advertised_drain = drain
         self._next_advert = now + self._interval()
+
+    def _advert(self, drain: str) -> float:
+        """One advert, with the actions this node offers (built-ins and plugins) unless the
+        Mediator is too old to take them."""
+        actions = sorted(self.actions) if self._send_actions else None
+        return self.client.advert(
+            self.node_id, self.capabilities, self.instance, label=self.label, drain=drain,
+            actions=actions,
+        )  # fmt: skip
 
     def _advert_due_in(self) -> float:
         """Seconds until an advert is due: the heartbeat's, or now if the policy changed."""

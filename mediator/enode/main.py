@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import signal
-import stat
 import sys
 import threading
 import tomllib
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from mediator.argtypes import positive_float
-from mediator.client import DEFAULT_URL, Client
+from mediator.client import DEFAULT_URL, Client, read_token_file
 from mediator.enode.daemon import DEFAULT_POLL, DEFAULT_STOP_GRACE, Daemon
 
 EXIT_USAGE = 2
@@ -146,35 +145,6 @@ def read_capabilities(path: str) -> dict[str, Any]:
     if not isinstance(caps, dict):
         raise ValueError(f"{path} must hold one object of capabilities, not {type(caps).__name__}")
     return caps
-
-
-def read_token_file(path: str) -> str:
-    """The token in ``path``: its one line, without the line end. The file must be a regular
-    file only this account may read or write (like ``ssh`` with a private key).
-
-    Raises:
-        ValueError: The file cannot be read, is open to other accounts, or holds no token.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ValueError(f"cannot read the token file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"the token file {path} is not a regular file")
-        if st.st_mode & 0o077:
-            raise ValueError(
-                f"the token file {path} is open to other accounts "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}); make it private: chmod 600 {path}"
-            )
-        data = os.read(fd, 4097)
-    finally:
-        os.close(fd)
-    token = data.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
-    if not token or len(data) > 4096 or any(c in token for c in "\r\n"):
-        raise ValueError(f"the token file {path} must hold one token on one line")
-    return token
 
 
 def resolve_token(args: argparse.Namespace) -> str | None:

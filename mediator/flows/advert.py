@@ -36,17 +36,14 @@ def advert(
     label: str = "",
     drain: str = "",
     principal: str | None = None,
+    actions: list[str] | None = None,
 ) -> float:
     """A node's heartbeat: upsert, renew its lease; wakes only when capacity may have appeared
     — a restart or at-boundary drain released a node (4), a drain lifted (6), the node returned
     (7), its capabilities changed (9); a steady heartbeat never sweeps (R14). Returns
-    ``advert_ttl_seconds`` so nodes pace themselves."""
-    if not limits.valid_run_id(node_id):
-        raise ContractError(
-            "node_id must be 1-64 characters of letters, digits, '.', '_' or '-'.",
-            field="node_id",
-            code="invalid_node_id",  # not a contract: the node's own name (issue 29)
-        )
+    ``advert_ttl_seconds`` so nodes pace themselves. ``actions``: what the node's daemon offers
+    (None: it did not say, so any ``uses`` may run there; docs/design.md §4 "Actions")."""
+    limits.check_node_id(node_id)  # 400 invalid_node_id: the node's own name (issue 29)
     caps = validate_capabilities(capabilities)
     limits.check_texts(label=label, instance=instance)  # NUL, surrogates: 400
     if not isinstance(instance, str) or not instance or len(instance) > 128:
@@ -55,6 +52,7 @@ def advert(
         )
     if not isinstance(label, str) or len(label) > 200:
         raise ContractError("label must be a string of at most 200 characters.", field="label")
+    actions = limits.check_actions(actions)
     if drain not in DRAIN_POLICIES:
         raise ContractError("drain must be '', 'graceful' or 'at-boundary'.", field="policy.drain")
     ttl = ctx.config.advert_ttl_seconds
@@ -63,7 +61,7 @@ def advert(
     with ctx.store.autocommit() as tx:  # one statement: upsert and lease renewal (issue 13)
         mono = tk.monotonic() if tk is not None else 0.0  # with a connection: just before it
         prev = tx.upsert_advert(
-            node_id, label, principal or "", caps, instance, drain, ttl, lease_ttl
+            node_id, label, principal or "", caps, instance, drain, ttl, lease_ttl, actions
         )
     if prev is None:
         raise Forbidden(f"Node {node_id} belongs to another principal.", code="not_your_node")

@@ -243,11 +243,13 @@ class Mediator:
         label: str = "",
         drain: str = "",
         principal: str | None = None,
+        actions: list[str] | None = None,
     ) -> float:
         """A node's heartbeat: upsert, renew its lease; wakes 4, 6, 7, 9 only when capacity may
-        have appeared. Returns ``advert_ttl_seconds`` so nodes pace themselves."""
+        have appeared. Returns ``advert_ttl_seconds`` so nodes pace themselves. ``actions``: the
+        actions the node offers (None: not said, any; docs/design.md §4 "Actions")."""
         return advert_flow.advert(
-            self.ctx, node_id, capabilities, instance, label, drain, principal
+            self.ctx, node_id, capabilities, instance, label, drain, principal, actions
         )
 
     def work(self, node_id: str) -> list[Step]:

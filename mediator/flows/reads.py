@@ -138,8 +138,8 @@ def list_nodes(ctx: Context, after: str = "", limit: int | None = None) -> Fleet
         not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000
     ):
         raise ContractError("limit must be a whole number from 1 to 1000.", field="limit")
-    if not isinstance(after, str) or len(after) > 1000:
-        raise ContractError("after must be a node_id.", field="after")
+    if after != "":
+        limits.check_node_id(after, "after")  # a node_id cursor: invalid_node_id (issue 29)
     tk = ctx.timekeeper
     if tk is not None:
         tk.settle()  # a stall that just ended is given back first (docs/design.md §13)

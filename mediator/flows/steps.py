@@ -136,6 +136,7 @@ def progress(
 # ---- steps (docs/design.md §9) -------------------------------------------------------------------
 def work(ctx: Context, node_id: str) -> list[Step]:
     """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
+    limits.check_node_id(node_id)
     with ctx.store.autocommit() as tx:
         return tx.work(node_id)
 
@@ -174,6 +175,7 @@ def claim(ctx: Context, run_id: str, seq: int, node_id: str, instance: str | Non
         Conflict: ``run_ended``, ``stale_instance``, ``draining``, ``already_claimed`` or
             ``not_claimable`` (409).
     """
+    limits.check_node_id(node_id)  # 400 invalid_node_id, as every route that takes one
     step_transition(StepState.PENDING, StepState.CLAIMED)  # the only move a claim makes
     # issue 13: one guarded statement; the read that picks the error code runs only when it
     # matched nothing. A refusal read that finds the step claimable after all (a
@@ -330,6 +332,7 @@ def report(
         Conflict: ``stale_instance``, ``stale_attempt``, or ``run_ended`` — for a run that
             already ended the result is still recorded and its lease freed first (409).
     """
+    limits.check_node_id(node_id)  # 400 invalid_node_id, as every route that takes one
     if outcome not in OUTCOMES:
         raise ContractError("outcome must be 'pass', 'fail' or 'retry'.", field="outcome")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:

@@ -89,6 +89,8 @@ def submit(
 
     Raises:
         ContractError: the contract is malformed (400); nothing is written.
+        UnknownAction: a step's plugin ``uses`` is offered by no live node able to fill its role
+            (422, docs/design.md §4 "Actions"); nothing is written.
         TooMany: ``capped`` and a cap is reached (429 with Retry-After); nothing is written.
     """
     # R3, NFR-I7: an existing run_id is answered with its run before anything else counts —
@@ -124,6 +126,13 @@ def submit(
         existing = reads.read_run(ctx, given)
         if existing is not None:
             return Submission(Outcome.EXISTING, existing)
+
+    # docs/design.md §4 "Actions": a plugin `uses` that no live node able to fill the step's
+    # role offers is refused now (422, nothing written) rather than failing on the node after
+    # the caller left — unless such a node expired only inside a recent gap (§13).
+    unoffered = contract_mod.unoffered_action(parsed, ((n.capabilities, n.actions) for n in fleet))
+    if unoffered is not None and gaps.may_return(ctx, needs) is None:
+        raise unoffered
 
     if dry_run:
         adverts, busy, _ = view(fleet)

@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 _SCHEMA_LOCK = 0x6D656469  # advisory lock id: one process loads the schema, the others wait
 
 Clock = Callable[[], datetime]

@@ -26,7 +26,7 @@ SELECT mediator_now(%(now)s) AS observed_at
 -- says whether this contract's class is among them: the per-principal caps (docs/security.md
 -- "Fair under floods") ride on the same read, one index range of runs_queue_submitter.
 SELECT e.existing, n.node_id, n.capabilities, n.instance, n.drain, n.busy,
-       e.queued, e.classes, e.has_class
+       e.queued, e.classes, e.has_class, n.actions
 FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing,
              q.queued, q.classes, q.has_class
       FROM (SELECT count(*) AS queued, count(DISTINCT needs_key) AS classes,
@@ -35,7 +35,8 @@ FROM (SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = %(run_id)s) AS existing,
             WHERE state = 'QUEUED' AND submitter = %(submitter)s
               AND %(submitter)s::text IS NOT NULL) q) e
 LEFT JOIN LATERAL (
-    SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy
+    SELECT n.node_id, n.capabilities, n.instance, n.drain, (l.node_id IS NOT NULL) AS busy,
+           n.actions
     FROM nodes n
     LEFT JOIN leases l ON l.node_id = n.node_id
     WHERE n.expires_at > mediator_now(%(now)s)
@@ -87,10 +88,10 @@ ORDER BY node_id
 -- the same locked row; a steady heartbeat matches no kind and inserts nothing.
 WITH up AS (
     INSERT INTO nodes AS n (node_id, label, principal, capabilities, instance, drain, seen_at,
-                            expires_at, prev_drain, prev_instance, prev_live)
+                            expires_at, prev_drain, prev_instance, prev_live, actions)
     VALUES (%(node_id)s, %(label)s, %(principal)s, %(capabilities)s, %(instance)s, %(drain)s,
             mediator_now(%(now)s), mediator_now(%(now)s) + make_interval(secs => %(ttl)s),
-            '', '', false)
+            '', '', false, %(actions)s)
     ON CONFLICT (node_id) DO UPDATE SET
         prev_drain    = n.drain,
         prev_instance = n.instance,
@@ -101,6 +102,7 @@ WITH up AS (
         capabilities  = EXCLUDED.capabilities,
         instance      = EXCLUDED.instance,
         drain         = EXCLUDED.drain,
+        actions       = EXCLUDED.actions,
         seen_at       = EXCLUDED.seen_at,
         expires_at    = EXCLUDED.expires_at
     WHERE n.principal = EXCLUDED.principal
@@ -140,7 +142,7 @@ SELECT prev_drain, prev_instance, prev_live, inserted, expires_at, caps_changed 
 -- are not selected, which is how they stay out. Paged by node_id (keyset: after the last id of
 -- the previous page; LIMIT NULL is every row), so a node live across the pages is listed once.
 SELECT n.node_id, n.label, n.instance, n.capabilities, n.seen_at, n.expires_at, n.drain,
-       l.run_id AS lease_run_id, l.not_after AS lease_not_after
+       n.actions, l.run_id AS lease_run_id, l.not_after AS lease_not_after
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND n.node_id > %(after)s

@@ -6,7 +6,7 @@
 CREATE TABLE schema_version (
     version integer PRIMARY KEY
 );
-INSERT INTO schema_version VALUES (9);
+INSERT INTO schema_version VALUES (10);
 
 -- nullif matters: after a transaction-local setting ends, current_setting returns '', not NULL.
 CREATE FUNCTION mediator_now() RETURNS timestamptz LANGUAGE sql STABLE AS
@@ -40,7 +40,11 @@ CREATE TABLE nodes (
     caps_changed  boolean NOT NULL DEFAULT false,
     -- The expiry the last advert replaced, filled like prev_*: a `returned` row of
     -- fleet_history says when the node had gone (docs/design.md §18).
-    prev_expires_at timestamptz
+    prev_expires_at timestamptz,
+    -- The actions the node's daemon offers (a JSON list of names, built-ins and plugins), so a
+    -- submit can refuse a `uses` no node able to fill its role offers (docs/design.md §4
+    -- "Actions"). NULL: the advert did not say (an older daemon, an in-process node): any.
+    actions       jsonb
 );
 
 -- Identical needs by role share a class: the sweep matches each class once (P2).

@@ -145,6 +145,11 @@ def _sweep_head(rows: list[dict[str, Any]], since: int | None) -> SweepHead:
     return SweepHead(classes, fleet, head, since, mark, full, queued)
 
 
+def _actions(value: Any) -> frozenset[str] | None:
+    """A node's ``actions`` column as a set; None (not advertised) stays None."""
+    return None if value is None else frozenset(value)
+
+
 class Tx(Statements):
     """One open transaction. Methods are the store floor of seed 003 plus what the flows need."""
 
@@ -167,8 +172,8 @@ class Tx(Statements):
         with ``submitter``, that principal's queued runs and classes (``key``'s among them)."""
         params = {"roles": Jsonb(roles), "run_id": run_id, "submitter": submitter, "key": key}
         rows = self._rows("fleet_for", params, row=tuple)
-        fleet = [FleetNode(*r[1:6]) for r in rows if r[1] is not None]
-        first = rows[0] if rows else (False, None, None, None, None, None, 0, 0, False)
+        fleet = [FleetNode(r[1], r[2], r[3], r[4], r[5], _actions(r[9])) for r in rows if r[1]]
+        first = rows[0] if rows else (False, None, None, None, None, None, 0, 0, False, None)
         return SubmitRead(bool(first[0]), fleet, int(first[6] or 0), int(first[7] or 0),
                           bool(first[8]))  # fmt: skip
 
@@ -525,6 +530,7 @@ class Tx(Statements):
         drain: str,
         ttl_s: float,
         lease_ttl_s: float | None = None,
+        actions: list[str] | None = None,
     ) -> AdvertResult | None:
         """The advert upsert; with ``lease_ttl_s``, this instance's leases are renewed in the same
         statement (issue 13: a heartbeat is one statement). None: another principal's node."""
@@ -537,6 +543,7 @@ class Tx(Statements):
             "drain": drain,
             "ttl": ttl_s,
             "lease_ttl": lease_ttl_s,
+            "actions": None if actions is None else Jsonb(actions),
         }
         return self._one("upsert_advert", params, row=AdvertResult)  # type: ignore[no-any-return]
 

@@ -223,6 +223,12 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpF
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if "(default:" in (action.help or ""):
             return action.help
+        # A required option has no default, and None is Python's word, not the user's: argparse
+        # printed "(default: None)" after both (issue 29).
+        if action.required and action.option_strings:
+            return f"{action.help} (required)"
+        if action.default is None and action.option_strings:
+            return f"{action.help} (default: none)"
         return super()._get_help_string(action)
 
 

@@ -24,6 +24,7 @@ class Hostile:
     seen: Counter[str] = field(default_factory=Counter)
     sent: int = 0  # body bytes written in all
     url: str = ""
+    bodies: list[bytes] = field(default_factory=list)  # request bodies, in arrival order
 
     def answer(self, method: str, path: str) -> Answer:
         path = path.partition("?")[0]
@@ -43,8 +44,7 @@ def serve(hostile: Hostile) -> tuple[http.server.ThreadingHTTPServer, threading.
 
         def _any(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
+            hostile.bodies.append(self.rfile.read(length) if length else b"")
             status, headers, body = hostile.answer(self.command, self.path)
             self.send_response(status)
             for k, v in headers.items():
@@ -116,3 +116,50 @@ def declared_huge() -> Answer:
 def chunked_huge() -> Answer:
     """400 MB without saying so: chunked, 64 KiB at a time."""
     return 200, {"Content-Type": "application/json"}, declared_huge()[2]
+
+
+def serve_trickled_headers(
+    every: float = 0.05, limit: int = 1200
+) -> tuple[str, Callable[[], None]]:
+    """A raw TCP server on loopback that reads a request and then sends its status line and
+    headers one byte every ``every`` seconds, never reaching the blank line that ends them —
+    below ``http.server``, which writes its headers whole. It gives up after ``limit`` bytes (a
+    minute at the defaults) or when the client hangs up. Returns its URL and a stop function."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+    headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + b"X-Slow: " + b"a" * limit
+
+    def trickle(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)  # the request; what it says does not matter
+            for i in range(limit):
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(headers[i : i + 1])
+                except OSError:
+                    return  # the client hung up: what it should do
+                time.sleep(every)  # the trickle itself, not a wait for anything
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+
+    def close() -> None:
+        stop.set()
+        thread.join(10)
+        listener.close()
+
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", close

@@ -38,6 +38,7 @@ from tests.adversarial.hostile import (
     html_answer,
     json_answer,
     serve,
+    serve_trickled_headers,
 )
 from tests.e2e.servers import Process
 
@@ -164,6 +165,27 @@ def test_a_trickled_answer_ends_at_the_request_deadline(hostile: Hostile) -> Non
     took = time.monotonic() - started
     assert code == runctl.EXIT_UNREACHABLE and "did not end within 2 s" in err, err
     assert took < 30, took  # the deadline, not the 30 s of a single read's timeout, ended it
+
+
+def test_trickled_headers_end_at_the_request_deadline() -> None:
+    """Issue 25 §9: the deadline covered only the body; a server that trickled its status line
+    and headers a byte every 50 ms kept each read under httpx's per-read timeout and so held a
+    request for as long as it liked (here a minute; for ever if it wished). Now every socket
+    read waits only for what is left of the request's deadline (2 s): runctl and enode alike."""
+    url, close = serve_trickled_headers()
+    try:
+        out, err = io.StringIO(), io.StringIO()
+        started = time.monotonic()
+        with Client(url, timeout=2.0) as client:
+            code = runctl.main(["list"], client=client, stdout=out, stderr=err)
+            took = time.monotonic() - started
+            assert code == runctl.EXIT_UNREACHABLE, (code, err.getvalue())
+            assert "did not end within 2 s" in err.getvalue(), err.getvalue()
+            assert took < 30, took  # the deadline ended it, not the server's minute
+            with pytest.raises(BadAnswer, match="did not end within 2 s"):
+                client.work("n1")  # enode's poll: the same client, the same bound
+    finally:
+        close()
 
 
 def test_sixty_thousand_runs_are_cut_to_the_page(hostile: Hostile) -> None:

@@ -22,6 +22,7 @@ from mediator import Config, Mediator
 from mediator import Outcome as Submitted
 from mediator.api.auth import Tokens
 from mediator.client import Client
+from mediator.core.errors import UnknownAction
 from mediator.enode.actions import BUILTINS, Outcome, Retry
 from mediator.enode.daemon import Daemon, DaemonError
 
@@ -210,6 +211,12 @@ def test_a_broken_action_or_an_unknown_one_fails_its_step_not_the_daemon(url, me
         node.tick()
         a = med.submit(contract({"name": "probe", "uses": "probe"})).run.run_id
         node.tick()
+        # The node advertises what it offers, so a `uses` it lacks is refused at submit
+        # (docs/design.md §4 "Actions")...
+        with pytest.raises(UnknownAction, match="fail, probe, shell, sleep"):
+            med.submit(contract({"name": "flash", "uses": "flash"}))
+        # ...and one whose advert did not say (an older daemon) is failed on the node, by name.
+        med.advert("n1", BOARD, node.instance)
         b = med.submit(contract({"name": "flash", "uses": "flash"})).run.run_id
         node.tick()
     assert [med.get_run(r).state for r in (a, b)] == ["FAILED", "FAILED"]

@@ -183,9 +183,10 @@ def test_list_and_nodes_show_the_fleet_and_the_runs(cli, nodes, tmp_path, med):
     assert cli("list", "--state", "QUEUED", "--json") == 0
     assert [r["run_id"] for r in cli.body["runs"]] == ["run-b"]
     assert cli("nodes") == 0
-    assert cli.lines[0].split() == ["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES"]
+    head = ["NODE", "LABEL", "DRAIN", "LEASE", "EXPIRES", "CAPABILITIES", "ACTIONS"]
+    assert cli.lines[0].split() == head
     assert cli.lines[1].split()[:3] == ["a", "-", "run-a"]
-    assert cli.lines[1].endswith('{"board":"x"}')
+    assert cli.lines[1].endswith('{"board":"x"}  fail,shell,sleep')  # what its daemon offers
 
 
 def test_cancel_ends_a_run(cli, nodes, tmp_path):

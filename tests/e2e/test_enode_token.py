@@ -114,3 +114,45 @@ def test_token_on_the_command_line_warns_and_a_shared_token_file_is_refused(
         p.stop()
         text = "".join(p.output)
         assert "chmod 600" in text and "Traceback" not in text and NODE_TOKEN not in text, text
+
+
+def runctl(server: Server, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """A real ``runctl`` process against the tokens server; its status, stdout and stderr."""
+    import os
+    import subprocess
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MEDIATOR_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mediator.cli.runctl", "--url", server.url, *argv],
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_runctl_reads_its_token_from_a_private_file_as_enode_does(
+    server: Server, tmp_path: Path
+) -> None:
+    """Issue 25 §3, for runctl too: a client's token had to be on the command line (readable by
+    every local user in /proc) or in the environment. ``runctl --token-file`` (or
+    ``$MEDIATOR_TOKEN_FILE``) reads it from a 0600 file with enode's own check; ``--token`` still
+    works and warns; a file other accounts may read is refused with the fix, the token unsaid."""
+    token_file = tmp_path / "client.token"
+    token_file.write_text(CLIENT_TOKEN + "\n")
+    token_file.chmod(0o600)
+    assert runctl(server, "list")[0] == 1  # no token: 401 from a server with tokens
+    code, out, err = runctl(server, "list", "--token-file", str(token_file))
+    assert (code, err) == (0, ""), err
+    assert out == "(none)\n"  # the list, empty: authenticated as the client
+    code, _, err = runctl(server, "list", env={"MEDIATOR_TOKEN_FILE": str(token_file)})
+    assert (code, err) == (0, ""), err
+    code, _, err = runctl(server, "list", "--token", CLIENT_TOKEN)
+    assert code == 0 and "--token is readable by every local user" in err, err
+    code, _, err = runctl(server, "list", "--token", "x", "--token-file", str(token_file))
+    assert code == 2 and "not both" in err, err
+    for mode in (0o644, 0o640):
+        token_file.chmod(mode)
+        code, out, err = runctl(server, "list", "--token-file", str(token_file))
+        assert code == 2 and "chmod 600" in err and CLIENT_TOKEN not in out + err, err

@@ -378,6 +378,35 @@ def blocked_lab(lab: Lab) -> None:
     assert lab.submit(chain("flash-2", "flash", work_id="ticket-42")) == 202
 
 
+def test_the_step_table_does_not_scroll_sideways_on_a_360_px_screen(lab, page):
+    """Issue 29 (panel): at 360 px the page fitted but a run's step table (eleven columns) was
+    a frame that scrolled sideways, its node, chosen hardware and times out of sight. Each step
+    is now a block of labelled lines: nothing inside the table is wider than the table, the
+    table fits the screen, and every column's value is on screen with its label."""
+    blocked_lab(lab)
+    page.set_viewport_size(PHONE)
+    page.goto(lab.panel("#/runs/bringup-7", refresh=3_600_000))
+    expect(page.locator("table.steps tbody tr")).to_have_count(3)
+    widths = page.evaluate("""() => [".step-table", "table.steps", "table.steps tbody"].map((s) => {
+        const e = document.querySelector(s);
+        return [s, e.scrollWidth, e.clientWidth];
+    })""")
+    for selector, scroll, client in widths:
+        assert scroll <= client, (selector, scroll, client)
+    row = page.locator('table.steps tr[data-seq="0"]')
+    for label, value in (("node", "X"), ("chosen", "X · board=x"), ("state", "PASSED")):
+        cell = row.locator(f'td[data-label="{label}"]')
+        expect(cell).to_contain_text(value)
+        box = cell.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (
+            label, box)  # fmt: skip
+    label = row.locator('td[data-label="chosen"]').evaluate(
+        "(e) => getComputedStyle(e, '::before').content"
+    )
+    assert label == '"chosen"', label
+    lab.screenshot(page, "s2-steps-on-a-phone")
+
+
 def test_s1_shows_the_ask_that_blocks_the_lab_and_counts_it_in_the_header(lab, page):
     """Issue 15 §5: before, S1 showed nothing for a run waiting for an answer — empty "steps
     now", no badge, no counts — while it held X and so both queued runs."""

@@ -787,3 +787,35 @@ def test_near_builtin_matches_exactly_one_edit_by_brute_force() -> None:
         if word in contract.BUILTIN_ACTIONS:
             expect = None
         assert contract._near_builtin(word) == expect, word
+
+
+def test_the_actions_check_reads_each_roles_nodes_once_not_once_per_step(monkeypatch):
+    """docs/design.md §4 "Actions": submit asks ``unoffered_action`` on every submit, so its
+    cost must not be steps × nodes (1,000 steps over 5,000 nodes would be 5 million capability
+    checks). It checks each role's nodes once, and nothing at all when no node says what it
+    offers (the simulator's fleets)."""
+    from mediator.core import contract as contract_mod
+
+    calls = 0
+    real = contract_mod.satisfies
+
+    def counting(needs, caps):
+        nonlocal calls
+        calls += 1
+        return real(needs, caps)
+
+    monkeypatch.setattr(contract_mod, "satisfies", counting)
+    steps = [{"name": f"s{i}", "role": "dut" if i % 2 else "bench", "uses": "flash", "with": {}}
+             for i in range(1000)]  # fmt: skip
+    doc = contract_mod.parse(
+        {"roles": {"dut": {"board": "x"}, "bench": {"scope": True}}, "steps": steps}
+    )
+    silent = [({"board": "x", "scope": True}, None)] * 5000
+    assert contract_mod.unoffered_action(doc, silent) is None and calls == 0
+    saying = [({"board": "x", "scope": True}, frozenset({"flash"}))] * 5000
+    assert contract_mod.unoffered_action(doc, saying) is None
+    assert calls == 2 * 5000  # two roles, each over the fleet once
+    calls = 0
+    lacking = [({"board": "x", "scope": True}, frozenset({"shell"}))] * 5000
+    refused = contract_mod.unoffered_action(doc, lacking)
+    assert refused is not None and refused.field == "steps[0].uses" and calls == 5000

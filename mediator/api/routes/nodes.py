@@ -8,9 +8,20 @@ from fastapi import APIRouter, Query, Response
 
 from mediator.api.deps import Caller, Med, NodeCaller, as_node
 from mediator.api.responses import FastJSON
-from mediator.api.schemas import V1, AdvertAnswer, AdvertBody, Fleet, NodeId, Work, answers
+from mediator.api.schemas import (
+    ID_PATTERN,
+    V1,
+    AdvertAnswer,
+    AdvertBody,
+    Fleet,
+    NodeId,
+    Work,
+    answers,
+)
 
 router = APIRouter(tags=["nodes"])
+# The fleet's cursor is a node id, or empty for the first page (a malformed one: invalid_node_id).
+AFTER_PATTERN = "^$|" + ID_PATTERN
 PAGE = 500  # nodes per page unless `limit` says otherwise (5,000 nodes were 4.5 MB unpaged)
 
 
@@ -26,6 +37,7 @@ def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> Response:
         label=body.label,
         drain=body.policy.drain,
         principal=p.name,
+        actions=body.actions,
     )
     return FastJSON({"advert_ttl_seconds": ttl})
 
@@ -46,7 +58,7 @@ def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> Response:
 def list_nodes(
     med: Med,
     p: Caller,
-    after: Annotated[str, Query(max_length=64)] = "",
+    after: Annotated[str, Query(max_length=64, pattern=AFTER_PATTERN)] = "",
     limit: Annotated[int, Query(ge=1, le=1000)] = PAGE,
 ) -> Response:
     return FastJSON(med.list_nodes(after, limit).to_dict())

@@ -159,19 +159,27 @@ function stepTable(steps) {
   return el("table", { class: "steps" },
     el("thead", {}, el("tr", {}, head.map((h) => el("th", { text: h })))),
     el("tbody", {}, steps.map((s) => el("tr", { "data-seq": s.seq },
-      el("td", { text: s.seq }),
-      el("td", { text: s.name }),
-      el("td", { text: s.kind === "ask" ? "ask" : `${s.kind} (${s.uses})` }),
-      el("td", { text: s.role || "—" }),
-      el("td", { text: (s.after || []).join(", ") }),
-      el("td", {}, el("span", { class: `pill state-${s.state}`, text: s.state })),
-      el("td", { text: s.node_id || "—" }),
-      el("td", { text: s.attempt }),
-      el("td", {
-        class: "chosen",
-        text: s.chosen ? `${s.chosen.node} · ${pairs(s.chosen.matched).join(", ")}` : "—",
-        title: s.chosen ? JSON.stringify(s.chosen) : null,
-      }),
-      el("td", { text: clockTime(s.started_at) }),
-      el("td", { text: clockTime(s.ended_at) })))));
+      // data-label: on a phone each row is a block of labelled lines (panel.css), as the run list
+      cells(head, [
+        { text: s.seq },
+        { text: s.name },
+        { text: s.kind === "ask" ? "ask" : `${s.kind} (${s.uses})` },
+        { text: s.role || "—" },
+        { text: (s.after || []).join(", ") },
+        { child: el("span", { class: `pill state-${s.state}`, text: s.state }) },
+        { text: s.node_id || "—" },
+        { text: s.attempt },
+        {
+          class: "chosen",
+          text: s.chosen ? `${s.chosen.node} · ${pairs(s.chosen.matched).join(", ")}` : "—",
+          title: s.chosen ? JSON.stringify(s.chosen) : null,
+        },
+        { text: clockTime(s.started_at) },
+        { text: clockTime(s.ended_at) },
+      ])))));
+}
+
+function cells(labels, specs) {
+  return specs.map(({ child, ...attrs }, i) =>
+    el("td", { "data-label": labels[i], ...attrs }, ...(child ? [child] : [])));
 }
