@@ -60,6 +60,7 @@ from sim.analysis import replication_seeds as _seeds
 from sim.brokers.entry import BROKERS, run
 from sim.inputs.scenarios import Constant, Recorded, Scenario, Scripted, Trace
 from sim.inputs.theory import mmc_params
+from sim.inputs.workload import materialize
 from sim.parallel import local_pool
 from sim.studies.classplan import plan_classes
 
@@ -818,8 +819,6 @@ def _jobs(scenario: Scenario) -> int:
     """How many runs a scenario submits (its horizon, or its materialized arrivals)."""
     if scenario.horizon_runs is not None:
         return int(scenario.horizon_runs)
-    from sim.inputs.workload import materialize
-
     return len(materialize(scenario).arrivals)
 
 
