@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import hmac
-import json
 import logging
 import resource
 import time
@@ -45,6 +44,8 @@ from collections.abc import Collection
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from mediator.api.limits import answer
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -211,22 +212,6 @@ def _is_json(kind: bytes | None) -> bool:
         return False
     media = kind.split(b";", 1)[0].strip().lower()
     return media == b"application/json"
-
-
-async def answer(send: Any, status: int, code: str, message: str, field: str | None) -> None:
-    """An ``{"error": {code, message, field}}`` answer that closes nothing else."""
-    body = json.dumps({"error": {"code": code, "message": message, "field": field}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 # ---- connections (issue 25 §4; docs/security.md "Connections") ---------------------------------

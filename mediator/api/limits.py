@@ -260,7 +260,7 @@ class BodyLimit:
         try:
             self._check_url(scope)
         except BadRequest as exc:
-            await _answer(send, 400, exc.code, exc.message, exc.field)
+            await answer(send, 400, exc.code, exc.message, exc.field)
             return
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
@@ -296,7 +296,7 @@ class BodyLimit:
                 code = exc.code
                 if path == "/v1/runs" and code == "invalid_request":
                     code = "invalid_contract"
-                await _answer(send, 400, code, exc.message, exc.field)
+                await answer(send, 400, code, exc.message, exc.field)
                 return
         replayed = False
 
@@ -331,14 +331,14 @@ class BodyLimit:
                     raise BadRequest(f"{name} is longer than {MAX_TEXT} characters.", field=name)
 
     async def _too_large(self, send: Any) -> None:
-        await _answer(
+        await answer(
             send, 413, "body_too_large", f"The request body is larger than {self.max_body} bytes."
         )
 
 
-async def _answer(
-    send: Any, status: int, code: str, message: str, field: str | None = None
-) -> None:
+async def answer(send: Any, status: int, code: str, message: str, field: str | None = None) -> None:
+    """An ``{"error": {code, message, field}}`` answer sent before any route runs (the one error
+    shape, docs/design.md §19), from a middleware: this one's and the guard's."""
     body = json.dumps({"error": {"code": code, "message": message, "field": field}}).encode()
     await send(
         {
