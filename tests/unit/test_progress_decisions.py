@@ -226,3 +226,14 @@ def test_drained_at_boundary_needs_no_claimed_step_and_an_open_one() -> None:
     assert not drained_at_boundary("X", [step(1, "a", "X", "CLAIMED"), step(2, "b", "X")])
     assert not drained_at_boundary("X", [step(1, "a", "X", "PASSED")])
     assert not drained_at_boundary("X", [step(1, "a", "Y")])
+
+
+def test_a_failure_beside_a_passed_step_skips_only_the_open_dependants() -> None:
+    """Only the failed step's open dependants move to SKIPPED; a step that already PASSED stays
+    as it is (PASSED → SKIPPED is no edge), and the run settles FAILED/fail."""
+    steps = [step(1, "a", "X", "PASSED"), step(2, "b", "X", "CLAIMED", after=["a"]),
+             step(3, "c", "X", after=["b"])]  # fmt: skip
+    d = decide(steps, [lease("X")], 2, "fail")
+    assert (d.skipped, d.run_to, d.verdict, d.release) == (
+        (3,), RunState.FAILED, Verdict.FAIL, ("X",),
+    )  # fmt: skip
