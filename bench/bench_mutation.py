@@ -45,6 +45,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_match.py",
         "tests/unit/test_match_width.py",
         "tests/unit/test_match_index.py",
+        "tests/unit/test_match_messages.py",
     ),
     "mediator/core/progress.py": (
         "tests/unit/test_progress.py",
