@@ -1,24 +1,35 @@
-"""issue 24 item 2, second half: how many one-token changes to a policy file do the fast tests
-notice? Mutation testing with mutmut (from PyPI: ``pip install mutmut``; not a project
-dependency) of ``mediator/core/match.py`` against the matcher's fast unit tests.
+"""issue 24 item 2, second half: how many one-token changes to the policy code do the tests notice,
+and how many does the scheduler gate notice? Mutation testing with mutmut (a dev extra).
 
-mutmut mutates the file's functions one change at a time (an operator, a constant, a comparison,
+mutmut mutates a file's functions one change at a time (an operator, a constant, a comparison,
 a returned value …) and runs the tests that reach the function; a mutant is *killed* when a test
 fails, *survived* when all pass, *no tests* when no selected test reaches that function. The score
 is killed ÷ (killed + survived): what the tests say about the code they run. Survivors, by
-function, say where a test is missing (``mutmut show NAME`` in the work folder prints the diff).
+function, say where a test is missing (``mutmut show NAME`` in the work folder, ``--keep``).
+
+Two judges, reported separately (docs/performance.md "Mutation testing of the policy code"):
+
+- **the fast tests** (default): per file, the test files that exercise it (``TESTS``: unit tests
+  for the pure core, the relevant ``tests/db`` files for the flows — the machine's two cores are
+  shared, so each mutant runs only those);
+- **the gate** (``--gate``): ``bench/gate_judge.py``, which is ``python -m sim check --baseline
+  sim-baseline`` as one test. A gate run takes ~40 s, so ``--sample N`` judges N mutants drawn
+  (``--seed``) from those the fast tests reach, and ``--from DIR`` takes the list of a kept fast
+  run's folder so the same mutants are judged by both.
 
 The tree (``git archive HEAD``: committed files only) is copied to a throw-away folder, because
-mutmut writes a ``mutants/`` copy beside the code. The fast tests need no database.
+mutmut writes a ``mutants/`` copy beside the code. ``--budget S`` stops a file's run after S
+seconds (what finished is reported; the machine is shared: time-box it).
 
-Run: ``.venv/bin/python bench/bench_mutation.py [--file mediator/core/match.py] [--tests T ...]
-[--jobs N] [--keep]``.
+Run: ``.venv/bin/python bench/bench_mutation.py [--file F ...] [--tests T ...] [--jobs N]
+[--budget S] [--keep]`` and ``… --gate --file F --sample 30 --from DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -29,51 +40,89 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = (
-    "tests/unit/test_match.py",
-    "tests/unit/test_match_width.py",
-    "tests/unit/test_match_index.py",
-)
+TESTS: dict[str, tuple[str, ...]] = {
+    "mediator/core/match.py": (
+        "tests/unit/test_match.py",
+        "tests/unit/test_match_width.py",
+        "tests/unit/test_match_index.py",
+        "tests/unit/test_match_messages.py",
+    ),
+    "mediator/core/progress.py": (
+        "tests/unit/test_progress.py",
+        "tests/unit/test_progress_decisions.py",
+    ),
+    "mediator/core/states.py": (
+        "tests/unit/test_states.py",
+        "tests/unit/test_state_sql.py",
+        "tests/unit/test_progress.py",
+        "tests/unit/test_progress_decisions.py",
+    ),
+    "mediator/flows/sweep.py": ("tests/db/test_wake.py", "tests/db/test_promote_statement.py"),
+    "mediator/flows/submit.py": ("tests/db/test_submit.py", "tests/db/test_width_exact.py"),
+    "mediator/flows/advert.py": ("tests/db/test_lifecycle.py", "tests/db/test_wake.py"),
+    "mediator/flows/steps.py": ("tests/db/test_lifecycle.py", "tests/db/test_result_race.py"),
+}
+GATE = "bench/gate_judge.py"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--file", default="mediator/core/match.py", help="the file to mutate")
-    ap.add_argument("--tests", nargs="+", default=list(TESTS), help="the tests to run")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--keep", action="store_true", help="keep the work folder (mutmut show)")
-    args = ap.parse_args()
-    mutmut = shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
-    if mutmut is None:
-        print("bench_mutation: mutmut is not installed (pip install mutmut)", file=sys.stderr)
-        return 2
+def mutmut_bin() -> str | None:
+    return shutil.which("mutmut", path=str(Path(sys.executable).parent)) or shutil.which("mutmut")
+
+
+def workdir(file: str, tests: list[str]) -> Path:
     work = Path(tempfile.mkdtemp(prefix="bench-mutation-"))
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True,
+                             check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
+    listed = "\n    ".join(tests)
+    (work / "setup.cfg").write_text(
+        "[mutmut]\n"
+        f"source_paths={file}\n"
+        # the rest of the package beside the mutated file, or ``mediator`` in mutants/
+        # would shadow the installed one with only that file in it
+        "also_copy=mediator\n    sim\n    tests\n    bench\n    sim-baseline\n    pyproject.toml\n"
+        f"pytest_add_cli_args_test_selection={listed}\n"
+    )
+    return work
+
+
+def results(mutmut: str, work: Path) -> list[tuple[str, str]]:
+    listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", listed, re.M)
+
+
+def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace) -> int:
+    names: list[str] = []
+    if args.gate:
+        tests = [GATE]
+        if args.from_dir:
+            reached = [n for n, s in results(mutmut, Path(args.from_dir)) if s in
+                       ("killed", "survived")]  # fmt: skip
+            names = sorted(random.Random(args.seed).sample(reached, min(args.sample, len(reached))))
+    work = workdir(file, tests)
     try:
-        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True,
-                                 check=True).stdout  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(work)], input=archive, check=True)
-        tests = "\n    ".join(args.tests)
-        (work / "setup.cfg").write_text(
-            "[mutmut]\n"
-            f"source_paths={args.file}\n"
-            # the rest of the package beside the mutated file, or ``mediator`` in mutants/
-            # would shadow the installed one with only that file in it
-            "also_copy=mediator\n    sim\n    tests\n    pyproject.toml\n"
-            f"pytest_add_cli_args_test_selection={tests}\n"
-        )
         started = time.perf_counter()
-        run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs)], cwd=work,
-                             capture_output=True, text=True)  # fmt: skip
+        try:
+            run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *names],
+                                 cwd=work, capture_output=True, text=True,
+                                 timeout=args.budget or None)  # fmt: skip
+            failed = run.returncode != 0
+            tail = run.stdout[-3000:] + run.stderr[-3000:]
+        except subprocess.TimeoutExpired:
+            failed, tail = False, ""
+            print(f"  (stopped after the {args.budget:.0f} s budget)")
         took = time.perf_counter() - started
-        if run.returncode != 0:
-            print(run.stdout[-3000:] + run.stderr[-3000:], file=sys.stderr)
+        if failed:
+            print(tail, file=sys.stderr)
             return 2
-        listed = subprocess.run([mutmut, "results", "--all", "true"], cwd=work,
-                                capture_output=True, text=True, check=True).stdout  # fmt: skip
-        found = re.findall(r"^\s*(\S+?)__mutmut_\d+: (.+)$", listed, re.M)
+        found = results(mutmut, work)
+        if names:
+            found = [(n, s) for n, s in found if n in set(names)]
         status = Counter(s for _, s in found)
         killed, survived = status["killed"], status["survived"]
-        print(f"mutation testing of {args.file} against {', '.join(args.tests)}")
+        judge = "the gate (all sim-baseline cases)" if args.gate else ", ".join(tests)
+        print(f"mutation testing of {file} judged by {judge}")
         print(f"  {len(found)} mutants in {took:.0f} s ({args.jobs} worker(s), load average "
               f"{os.getloadavg()[0]:.1f}): " + ", ".join(f"{n} {s}" for s, n in
                                                          status.most_common()))  # fmt: skip
@@ -81,7 +130,8 @@ def main() -> int:
             print(f"  score: {killed} / {killed + survived} = {killed / (killed + survived):.1%} "
                   "of the mutants the tests reach are killed")  # fmt: skip
         print("  survivors by function:")
-        for fn, n in Counter(f for f, s in found if s == "survived").most_common():
+        for fn, n in Counter(f.rsplit("__mutmut_", 1)[0] for f, s in found
+                             if s == "survived").most_common():  # fmt: skip
             print(f"    {n:4d}  {fn.replace('.x_', '.', 1)}")
         if args.keep:
             print(f"  work folder: {work} (mutmut show NAME there)")
@@ -89,6 +139,33 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--file", action="append", default=[], help="a file to mutate (repeatable; "
+                    "default: the seven policy files)")  # fmt: skip
+    ap.add_argument("--tests", nargs="+", default=[], help="the tests to run (default: TESTS)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--budget", type=float, default=0.0, help="seconds per file (0: no limit)")
+    ap.add_argument("--gate", action="store_true", help="judge by the scheduler gate")
+    ap.add_argument("--sample", type=int, default=30, help="with --gate --from: mutants judged")
+    ap.add_argument("--seed", type=int, default=1, help="with --sample: which ones")
+    ap.add_argument("--from", dest="from_dir", help="a kept fast run's work folder")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder (mutmut show)")
+    args = ap.parse_args()
+    mutmut = mutmut_bin()
+    if mutmut is None:
+        print("bench_mutation: mutmut is not installed (pip install -e '.[dev]')", file=sys.stderr)
+        return 2
+    rc = 0
+    for file in args.file or list(TESTS):
+        tests = args.tests or list(TESTS.get(file, ()))
+        if not tests and not args.gate:
+            print(f"bench_mutation: no tests known for {file}: pass --tests", file=sys.stderr)
+            return 2
+        rc = max(rc, one_file(mutmut, file, tests, args))
+    return rc
 
 
 if __name__ == "__main__":

@@ -93,7 +93,19 @@ class MediatorBroker:
         self.quiet = False  # this event was a steady heartbeat
         self.violations: list[str] = []
         self.counts = dict.fromkeys(
-            ("submit", "advert", "claim", "report", "answer", "reap", "work", "wake", "checks"), 0
+            (
+                "submit",
+                "advert",
+                "claim",
+                "report",
+                "answer",
+                "reap",
+                "cancel",
+                "work",
+                "wake",
+                "checks",
+            ),
+            0,
         )
         self.med_s = 0.0
         med.sweep_observers.append(self._on_sweep)
@@ -218,6 +230,20 @@ class MediatorBroker:
     def reap(self) -> None:
         with self._call("reap"):
             self.med.reap()
+
+    def cancel(self, node: int) -> None:
+        rows = self.med.query(
+            "SELECT l.run_id FROM leases l JOIN runs r USING (run_id) "
+            "WHERE l.node_id = %s AND r.state = 'RUNNING'",
+            (self.ids[node],),
+        )
+        if not rows:
+            return  # nothing to cancel: the operator finds the bench idle
+        run_id = str(rows[0]["run_id"])
+        with self._call("cancel"):
+            self.med.cancel(run_id)  # in-process, trusted (an admin at the bench); wake 2
+        # The run ended: nothing of it is left to claim (a step in flight reports run_ended).
+        self.assigned.pop(self.index[run_id], None)
 
     def holds_lease(self, nodes: list[int]) -> bool:
         ids = [self.ids[i] for i in nodes]

@@ -36,7 +36,8 @@ What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
   run wakes only if it freed the node's lease), 3 reaper only if it released, 4 advert handler
   lost a run (restart) or finished an at-boundary drain, 6 drain cleared, 7 node (re)appears
   (only with `wake_on_return`), 8 submit's guard, 9 an advert whose capabilities differ from
-  the stored ones. (2 cancel: the plan has no cancels; 5 process
+  the stored ones, 2 a cancel (a `cancel` fleet event: the run the node holds ends
+  FAILED/cancelled, its nodes freed but for one still running a claimed step). (5 process
   start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
   end a stuck interval early.
 - leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs
@@ -821,6 +822,15 @@ class Model:
                 released = True
         if released:
             self._wake(3)
+
+    def cancel(self, node: int) -> None:
+        """Cancel (§10) of the RUNNING run the node holds a lease for: ended FAILED/cancelled,
+        leases freed except where a step is still CLAIMED (I2); wake 2."""
+        lease = self.nodes[node].lease
+        if lease is None or lease.run.state != RUNNING:
+            return
+        self._end_run(lease.run, "cancelled")
+        self._wake(2)
 
     def holds_lease(self, nodes: list[int]) -> bool:
         return any(self.nodes[k].lease is not None for k in nodes)

@@ -141,7 +141,7 @@ _DISTS: dict[str, type[Any]] = {c.tag: c for c in (Constant, Exponential, Lognor
 # Fleet
 # ---------------------------------------------------------------------------------------------
 
-FLEET_EVENT_KINDS = ("vanish", "return", "drain", "undrain", "restart", "caps")
+FLEET_EVENT_KINDS = ("vanish", "return", "drain", "undrain", "restart", "caps", "cancel")
 DRAIN_POLICIES = ("graceful", "at-boundary")
 
 
@@ -192,8 +192,9 @@ class FleetEvent:
     (it boots again with a fresh daemon instance), `drain` (the daemon advertises `policy`),
     `undrain` (it advertises no policy), `restart` (the daemon restarts at once with a fresh
     instance; a step in flight is lost), `caps` (the daemon advertises `capabilities` from now
-    on — at once if it is up, wake 9). `policy` only matters for `drain`, `capabilities` only
-    for `caps`.
+    on — at once if it is up, wake 9), `cancel` (an operator cancels the run the node holds a
+    lease for, if any: wake 2; the daemon itself is untouched and a step in flight still reports,
+    answered `run_ended`). `policy` only matters for `drain`, `capabilities` only for `caps`.
     """
 
     at_s: float
@@ -648,7 +649,7 @@ FIELD_HELP: dict[str, str] = {
     "description": "what the scenario is (generated for one-class Poisson scenarios)",
     "fleet": "the nodes and what happens to them",
     "advert_interval_s": "seconds between a node's adverts (heartbeats)",
-    "events": "scripted fleet events: vanish, return, drain, undrain, restart",
+    "events": "scripted fleet events: vanish, return, drain, undrain, restart, caps, cancel",
     "random": "random fleet processes (vanish/return, restarts)",
     "groups": "node groups: count identical nodes each",
     "count": "how many nodes in the group (--set nodes=N for the first group)",

@@ -113,6 +113,9 @@ class DaemonCalls(Protocol):
     def reap(self) -> None:
         """One reaper pass (wake 3)."""
 
+    def cancel(self, node: int) -> None:
+        """An operator cancels the RUNNING run the node holds a lease for, if any (wake 2)."""
+
 
 class Oracle(Protocol):
     """The loop's questions about the broker's state, which no daemon would ask: whom to let
@@ -361,6 +364,8 @@ class Driver:
             self._advert(node, d, False)
         elif effect == fleet.ADVERTISE:
             self._advert(node, d, False)
+        elif effect == fleet.CANCEL:
+            self.broker.cancel(node)
         self.broker.note_fleet(node, ev.kind, effect != fleet.IGNORED)
 
     # -- the reaper -----------------------------------------------------------------------------

@@ -19,6 +19,8 @@ says what the loop (`sim.platform.driver`, the only caller) must do about it:
 - `ADVERTISE` — `restart` (fresh instance, step in flight lost), or a new drain policy or
   capabilities on an up node: the loop advertises at once, keeping the heartbeat schedule.
 - `HELD` — a new policy or capabilities for a dark node: it takes them on return; nothing now.
+- `CANCEL` — an operator cancels the run leased on the node (the daemon is untouched): the loop
+  asks the broker to cancel it (wake 2).
 - `IGNORED` — an event that does not apply (vanish of a dark node, return of an up one, restart
   of a dark one).
 
@@ -36,6 +38,7 @@ RETURNED: Final = "returned"
 ADVERTISE: Final = "advertise"
 HELD: Final = "held"
 IGNORED: Final = "ignored"
+CANCEL: Final = "cancel"
 
 
 class Daemon:
@@ -101,6 +104,8 @@ def apply(daemon: Daemon, ev: FleetEvent) -> str:
         daemon._lose_step()
         daemon._boot()
         return ADVERTISE
+    if kind == "cancel":
+        return CANCEL
     if kind in ("drain", "undrain"):
         daemon.daemon_drain = ev.policy if kind == "drain" else ""
     elif kind == "caps" and ev.capabilities is not None:

@@ -244,3 +244,17 @@ def test_settle_verdict_refuses_an_empty_run() -> None:
 def test_settle_verdict_refuses_unknown_states() -> None:
     with pytest.raises(ValueError):
         settle_verdict(["PASSED", "DONE"])
+
+
+def test_an_unknown_state_is_named_with_its_machine_in_the_refusal() -> None:
+    """The sources of a target that is no state: the refusal says which machine it is not a state
+    of (the message a caller of a guarded statement sees), and settling no steps is refused."""
+    from mediator.core.states import InvalidTransition, run_sources, settle_verdict, step_sources
+
+    with pytest.raises(InvalidTransition, match=r"^'DONE' is not a run state\.$"):
+        run_sources("DONE")
+    with pytest.raises(InvalidTransition, match=r"^'DONE' is not a step state\.$"):
+        step_sources("DONE")
+    with pytest.raises(ValueError, match=r"^a run has at least one step; refusing to settle an "
+                                         r"empty one$"):  # fmt: skip
+        settle_verdict([])

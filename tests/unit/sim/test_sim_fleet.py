@@ -62,6 +62,22 @@ def test_policy_and_capabilities_go_out_at_once_or_on_return() -> None:
     assert fleet.apply(d, ev("drain")) == fleet.HELD and d.daemon_drain == "graceful"
 
 
+def test_cancel_is_an_operators_and_leaves_the_daemon_as_it_was() -> None:
+    """A `cancel` event (issue 24: wake 2 and the cancel rule in the gate) asks the broker to
+    cancel the run leased on the node; the daemon keeps its step in flight, which reports and is
+    answered run_ended (docs/design.md §10)."""
+    d = Daemon("n1", {"board": "a"})
+    d.busy = ("r1", 0)
+    assert fleet.apply(d, ev("cancel")) == fleet.CANCEL
+    assert (d.up, d.busy, d.instance, d.run_epoch, d.advert_epoch) == (
+        True,
+        ("r1", 0),
+        "n1#0",
+        0,
+        0,
+    )
+
+
 def test_neither_broker_decides_fleet_events_itself() -> None:
     # issue 14 §1: the daemons' behaviour used to be written twice; then both engines handed the
     # event to `sim.platform.fleet.apply`; now neither broker sees fleet events at all — the one

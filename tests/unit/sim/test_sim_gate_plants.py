@@ -13,18 +13,27 @@ import pytest
 import mediator.core.match as match_mod
 import mediator.core.progress as progress_mod
 import mediator.flows.advert as advert_flow
+import mediator.flows.asks as asks_flow
+import mediator.flows.ending as ending_flow
 import mediator.flows.steps as steps_flow
+import mediator.flows.submit as submit_flow
 import mediator.flows.sweep as sweep_flow
+import mediator.store.connector as connector
 from mediator.core.match import Advert, Assignment, match
 from mediator.flows.after import AfterCommit
+from mediator.store.tx import Tx
 from sim.outputs import coverage
 from sim.outputs.gate import BaselineError
+from sim.platform.core import EventQueue
 
 WATCHED: list[tuple[Any, str]] = [
     (match_mod, "_count_serving"), (match_mod, "narrowest"), (progress_mod, "progress"),
     (steps_flow, "decide_result"), (advert_flow, "advert"), (advert_flow, "advert_effects"),
     (sweep_flow, "sweep"), (AfterCommit, "wake_safely"),
     (progress_mod, "drained_at_boundary"), (advert_flow, "drained_at_boundary"),
+    (submit_flow, "match"), (submit_flow, "submit"), (ending_flow, "reap"), (ending_flow, "end"),
+    (asks_flow, "contract_mod"), (steps_flow, "report"), (Tx, "_leasing"), (Tx, "rebind_lease"),
+    (connector, "check_edges"), (EventQueue, "events"),
 ]  # fmt: skip
 
 FOLD_NEEDS = {"dut": {"board": True}, "host": {"host": True}}
@@ -74,5 +83,32 @@ def test_the_command_lists_the_plants() -> None:
 
 
 def test_the_documented_exceptions_are_plants() -> None:
-    """Wake 2 and wake 5 cannot happen in a simulation (docs/design.md §20): allowed by name."""
+    """Wake 5 cannot happen in a simulation (docs/design.md §20): allowed by name."""
     assert set(coverage.EXCEPTIONS) <= {p.id for p in coverage.PLANTS}
+
+
+def test_every_plant_but_the_exceptions_names_the_case_that_catches_it() -> None:
+    """``CAUGHT_BY`` is tried first (one case per plant in CI); every rule in the table has a
+    plant or a reason why a simulation cannot exercise it (docs/design.md §20)."""
+    ids = {p.id for p in coverage.PLANTS}
+    assert set(coverage.CAUGHT_BY) == ids - set(coverage.EXCEPTIONS)
+    rules = " ".join(p.rule for p in coverage.PLANTS) + " ".join(coverage.UNEXERCISABLE)
+    for n in range(1, 18):
+        assert f"R{n} " in rules or f"R{n})" in rules or f"R{n}," in rules, f"R{n}"
+    for n in range(1, 10):
+        assert f"wake-{n}-off" in ids
+
+
+def test_the_horizon_guard_stops_an_endless_planted_run_and_is_undone() -> None:
+    """A plant can make a case endless (the reaper off keeps the reaper timer going): the planted
+    run's event loop stops at twice the baseline's end, and only while installed."""
+    q = EventQueue()
+    for t in (1_000_000, 5_000_000):
+        q.push(t, 0, 0, lambda _a: None, None)
+    with coverage._horizon(2.0):
+        assert [ev[0] for ev in q.events()] == [1_000_000]
+    assert "events" not in vars(EventQueue) or vars(EventQueue)["events"] is _EVENTS
+    assert [ev[0] for ev in q.events()] == [5_000_000]
+
+
+_EVENTS = vars(EventQueue)["events"]
