@@ -20,6 +20,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from mediator.api import create_app
+from tests.conftest import examples
 from tests.db.conftest import advert, contract
 
 LEAKS = ("traceback", "psycopg", "site-packages", "/work/", '.py"', "select ", "insert into")
@@ -54,7 +55,7 @@ def test_every_route_answers_cleanly_to_generated_requests(med, capsys):
     def fuzz(op, mode):
         @given(case=op.as_strategy(generation_mode=mode))
         @settings(
-            max_examples=EXAMPLES,
+            max_examples=examples(EXAMPLES),
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),
