@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -25,6 +26,8 @@ from tests.db.conftest import advert, contract
 
 LEAKS = ("traceback", "psycopg", "site-packages", "/work/", '.py"', "select ", "insert into")
 EXAMPLES = 25
+# scripts/test --fast leaves it out: thousands of generated requests
+pytestmark = pytest.mark.slow
 
 
 def as_loopback(app):

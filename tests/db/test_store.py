@@ -212,6 +212,7 @@ def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
 # ---- outages (issue 11 §8, wake 5) ----
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_a_saturated_pool_is_not_an_outage(dsn, clock):
     """A request that waits in vain for a pooled connection gets 503, but the database itself
     answers: no outage is declared (no reconnect, no expiries moved, /healthz stays 200)."""

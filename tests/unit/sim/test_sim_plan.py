@@ -228,6 +228,9 @@ SCRIPT = """\
 import sim
 from sim.inputs import scenarios as S
 
+# scripts/test --fast leaves it out: every plan runs many simulations
+pytestmark = pytest.mark.slow
+
 # No `if __name__ == "__main__":` guard, as a script pasted from the README would be.
 p = sim.plan(S.steady(runs=300, seed=1), {"quantile": 0.95, "wait_s": 10.0}, [3, 4, 5],
              replications=2, confirm_replications=0, progress=False)
