@@ -20,6 +20,9 @@ from sim.analysis import mmc_wait_quantile, mmc_wq, replication_seeds
 from sim.inputs import scenarios as S
 from sim.studies.plan import sized
 
+# scripts/test --fast leaves it out: every plan runs many simulations
+pytestmark = pytest.mark.slow
+
 TARGET = {"quantile": 0.95, "wait_s": 10.0}
 
 
@@ -227,9 +230,6 @@ def test_every_plan_option_has_a_command_line_flag() -> None:
 SCRIPT = """\
 import sim
 from sim.inputs import scenarios as S
-
-# scripts/test --fast leaves it out: every plan runs many simulations
-pytestmark = pytest.mark.slow
 
 # No `if __name__ == "__main__":` guard, as a script pasted from the README would be.
 p = sim.plan(S.steady(runs=300, seed=1), {"quantile": 0.95, "wait_s": 10.0}, [3, 4, 5],
