@@ -7,15 +7,27 @@ each other's rows and can run in any order.
 
 ``MEDIATOR_TEST_DATABASE_URL`` points the session at an existing server instead (its user must be
 allowed to create databases).
+
+``scripts/test`` runs the suite on two pytest-xdist workers (docs/performance.md, "The test
+suite"): each worker is its own pytest session with its own cluster, and what a test adds to a
+session-wide summary (the import boundaries, the adversarial figures) travels back to the
+controller, which prints it. Hypothesis runs under the profile named by ``HYPOTHESIS_PROFILE``:
+``ci`` (the default, and what ``scripts/test`` runs) keeps every test's example count, ``dev``
+(``scripts/test --fast``) runs a fifth of them.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from mediator.pg import EmbeddedPostgres
 from mediator.store.connector import admin_execute, load_schema
@@ -23,6 +35,21 @@ from mediator.store.connector import admin_execute, load_schema
 # The scheduler gate's fixture ``sim_check`` (issue 16 §4), loaded here rather than by an entry
 # point so that pytest-cov measures sim from its first import.
 pytest_plugins = ["sim.outputs.pytest_plugin"]
+
+# ---- hypothesis profiles ----------------------------------------------------------------------
+# ci: hypothesis' defaults and every test's own example count, unchanged. dev: a fifth of each, for
+# the edit-test loop (scripts/test --fast). A test that sets its own count writes examples(n).
+settings.register_profile("ci", settings.get_profile("default"))
+settings.register_profile("dev", max_examples=20)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def examples(n: int) -> int:
+    """A test's example count ``n`` scaled to the loaded profile: ``n`` under ``ci`` (whose
+    default is 100 examples), ``n // 5`` but at least 5 under ``dev``."""
+    per_hundred = settings().max_examples
+    return n if per_hundred >= 100 else max(5, n * per_hundred // 100)
+
 
 TEMPLATE = "mediator_template"
 _counter = itertools.count()
@@ -82,18 +109,54 @@ def dsn(cluster: Cluster) -> Iterator[str]:
     cluster.drop(name)
 
 
-# ---- session-wide rules ------------------------------------------------------------------------
+# ---- session-wide summaries -------------------------------------------------------------------
 # Import-boundary rules whose source folder does not exist yet are reported here as "not checked"
 # (docs/architecture.md): never counted as passed, and not a skip or a warning.
 # tests/unit/test_boundaries.py: one "N checked · M skipped" line per rule (issue 12 §6).
 BOUNDARIES: list[str] = []
+# The adversarial tier's figures: attack class → Counter(tried, clean, unsafe)
+# (tests/adversarial/conftest.py judges every answer; docs/security.md records them).
+FIGURES: dict[str, Counter[str]] = {}
+
+
+def summaries() -> dict[str, Any]:
+    """This process's share of the session-wide summaries, as plain data."""
+    return {"boundaries": list(BOUNDARIES), "figures": {k: dict(v) for k, v in FIGURES.items()}}
+
+
+def merge_summaries(share: dict[str, Any]) -> None:
+    """Add one xdist worker's share (from :func:`summaries`) to the controller's."""
+    BOUNDARIES.extend(share.get("boundaries", []))
+    for kind, counts in share.get("figures", {}).items():
+        FIGURES.setdefault(kind, Counter()).update(counts)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist, on the controller: a worker finished; take its share of the summaries."""
+    merge_summaries(getattr(node, "workeroutput", {}).get("summaries", {}))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     if BOUNDARIES:
         terminalreporter.section("import boundaries")
-        for line in BOUNDARIES:
+        for line in sorted(BOUNDARIES, key=lambda line: line.split("  ", 1)[-1]):
             terminalreporter.write_line(line)
+    if FIGURES:
+        terminalreporter.section("adversarial suite: cases tried / refused cleanly / unsafe")
+        for kind in sorted(FIGURES):
+            f = FIGURES[kind]
+            terminalreporter.write_line(
+                f"{kind:<12} {f['tried']:>5} tried  {f['clean']:>5} clean  {f['unsafe']:>3} unsafe"
+            )
+        if os.environ.get("MEDIATOR_ADVERSARIAL_FIGURES"):
+            Path(os.environ["MEDIATOR_ADVERSARIAL_FIGURES"]).write_text(
+                json.dumps({k: dict(v) for k, v in FIGURES.items()}, indent=2, sort_keys=True)
+            )
     skipped = terminalreporter.stats.get("skipped", [])
     if skipped and os.environ.get("MEDIATOR_NO_SKIPS"):
         terminalreporter.section("skipped tests are failures here")
@@ -101,6 +164,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
 
 
 def pytest_sessionfinish(session, exitstatus):  # type: ignore[no-untyped-def]
+    if _is_worker(session.config):
+        session.config.workeroutput["summaries"] = summaries()
+        return  # the controller counts the skips of every worker
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
     if skipped and os.environ.get("MEDIATOR_NO_SKIPS") and exitstatus == 0:

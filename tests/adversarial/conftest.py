@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from mediator.store.db import Store
+from tests.conftest import FIGURES
 from tests.e2e.servers import Server, start_server
 
 CANARY = "canary-7f3a-do-not-serve"
@@ -50,8 +50,8 @@ TOKENS = {
 LEAKS = ("traceback", "psycopg", "site-packages", 'file "', '.py"', "select ", "insert into")
 TABLES = ("runs", "steps", "nodes", "leases", "asks", "events", "needs_classes")
 
-# attack class → Counter(tried, clean, unsafe); printed by pytest_terminal_summary.
-FIGURES: dict[str, Counter[str]] = {}
+# attack class → Counter(tried, clean, unsafe): session-wide, so it lives in tests/conftest.py,
+# which prints it at the end (and gathers it from every xdist worker).
 
 
 @dataclass
@@ -213,21 +213,6 @@ def lab(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]
     assert not any("Traceback" in line for line in server.process.output), "".join(
         server.process.output
     )
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
-    if not FIGURES:
-        return
-    terminalreporter.section("adversarial suite: cases tried / refused cleanly / unsafe")
-    for kind in sorted(FIGURES):
-        f = FIGURES[kind]
-        terminalreporter.write_line(
-            f"{kind:<12} {f['tried']:>5} tried  {f['clean']:>5} clean  {f['unsafe']:>3} unsafe"
-        )
-    if os.environ.get("MEDIATOR_ADVERSARIAL_FIGURES"):
-        Path(os.environ["MEDIATOR_ADVERSARIAL_FIGURES"]).write_text(
-            json.dumps({k: dict(v) for k, v in FIGURES.items()}, indent=2, sort_keys=True)
-        )
 
 
 # ---- builders shared by the attack modules ------------------------------------------------------

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from mediator.core import limits
 from tests.adversarial.conftest import Lab, advertise, contract, judge, unique
+from tests.conftest import examples
 
 pytestmark = [pytest.mark.e2e]
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

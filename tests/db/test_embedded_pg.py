@@ -22,7 +22,9 @@ import pytest
 
 from mediator.pg import EmbeddedPostgres, RunAs
 
-pytestmark = pytest.mark.db
+# One xdist worker runs the module, so the module-scoped cluster below starts once; scripts/test
+# --fast leaves it out (clusters of its own, killed and restarted).
+pytestmark = [pytest.mark.db, pytest.mark.xdist_group("embedded_pg"), pytest.mark.slow]
 
 PSQL = shutil.which("psql") or "/usr/bin/psql"
 # Another local account: nobody, unless the server itself runs as nobody (no postgres account).

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from mediator.api import create_app
+from tests.conftest import examples
 from tests.db.conftest import advert, contract
 
 LEAKS = ("traceback", "psycopg", "site-packages", "/work/", '.py"', "select ", "insert into")
 EXAMPLES = 25
+# scripts/test --fast leaves it out: thousands of generated requests
+pytestmark = pytest.mark.slow
 
 
 def as_loopback(app):
@@ -54,7 +58,7 @@ def test_every_route_answers_cleanly_to_generated_requests(med, capsys):
     def fuzz(op, mode):
         @given(case=op.as_strategy(generation_mode=mode))
         @settings(
-            max_examples=EXAMPLES,
+            max_examples=examples(EXAMPLES),
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),

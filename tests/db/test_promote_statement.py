@@ -19,6 +19,7 @@ from mediator.core.errors import NodeTaken
 from mediator.core.progress import due_asks
 from mediator.core.states import StepState
 from mediator.store.tx import Tx
+from tests.conftest import examples
 from tests.db.conftest import advert, contract
 
 
@@ -146,7 +147,7 @@ _steps = st.lists(
 _example = count()
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(graph=_steps)
 def test_a_promotion_raises_the_asks_a_submit_raises_for_the_same_contract(med, graph):

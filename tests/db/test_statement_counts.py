@@ -90,6 +90,10 @@ class Meter:
         self.con.close()
 
 
+# One xdist worker runs the module, so its own cluster below starts once.
+pytestmark = pytest.mark.xdist_group("statement_counts")
+
+
 @pytest.fixture(scope="module")
 def pgss_cluster() -> Iterator[EmbeddedPostgres]:
     pg = EmbeddedPostgres(database="postgres", server_settings=PGSS)

@@ -111,6 +111,7 @@ def life(med: Mediator, clock: ManualClock, tag: str) -> None:
     assert med.get_run(f"{tag}-b").state == "PASSED"
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_every_statement_of_a_runs_life_reads_as_many_rows_late_as_early(explained):
     """Issue 13: the result's write read every kept run's step; no statement of a life may read
     more rows after 300 lives (600 runs kept) than after 10."""

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mediator import Forbidden
+from tests.conftest import examples
 from tests.db.conftest import advert, contract
 
 
@@ -185,7 +186,7 @@ _caps = st.dictionaries(
 _needs = st.dictionaries(st.sampled_from(["k", "m"]), _scalars, max_size=2)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(fleet=st.lists(_caps, min_size=1, max_size=5), roles=st.dictionaries(
     st.sampled_from(["r1", "r2"]), _needs, max_size=2))  # fmt: skip
 def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
@@ -211,6 +212,7 @@ def test_fleet_for_is_a_superset_of_the_matchers_candidates(med, fleet, roles):
 # ---- outages (issue 11 §8, wake 5) ----
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_a_saturated_pool_is_not_an_outage(dsn, clock):
     """A request that waits in vain for a pooled connection gets 503, but the database itself
     answers: no outage is declared (no reconnect, no expiries moved, /healthz stays 200)."""

@@ -23,7 +23,8 @@ import pytest
 from mediator import tmpdirs
 from mediator.pg import EPHEMERAL_PREFIX, EmbeddedPostgres
 
-pytestmark = pytest.mark.db
+# scripts/test --fast leaves it out: clusters of its own, a notebook kernel
+pytestmark = [pytest.mark.db, pytest.mark.slow]
 
 SHM = Path("/dev/shm")
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mediator.core import capabilities, match
 from mediator.core.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject
+from tests.conftest import examples
 
 
 def fleet(**caps: dict[str, Any]) -> list[Advert]:
@@ -309,7 +310,7 @@ def shaped_problems(draw: st.DrawFn) -> Problem:
 problems = st.one_of(typed_problems(), shaped_problems())
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(problems)
 def test_assignment_uses_only_available_satisfying_nodes_within_the_cap(problem: Any) -> None:
     needs, adverts, unavailable, max_width = problem
@@ -324,7 +325,7 @@ def test_assignment_uses_only_available_satisfying_nodes_within_the_cap(problem:
         assert result.width <= max_width
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(problems, st.randoms(use_true_random=False))
 def test_output_is_independent_of_advert_order(problem: Any, rng: random.Random) -> None:
     """ADR-014 decision 3."""
@@ -336,7 +337,7 @@ def test_output_is_independent_of_advert_order(problem: Any, rng: random.Random)
     )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(problems)
 def test_reject_code_follows_the_rules_of_section_6(problem: Any) -> None:
     """R1: NO_CANDIDATE iff a role has no satisfying node; ALL_BUSY iff a role has only
@@ -367,7 +368,7 @@ def test_reject_code_follows_the_rules_of_section_6(problem: Any) -> None:
             assert result.width <= max_width < uncapped.width
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(problems, st.sets(st.sampled_from(NODE_IDS)))
 def test_all_busy_and_no_candidate_stay_true_as_unavailable_grows(
     problem: Any, more: set[str]

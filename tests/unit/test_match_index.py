@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from mediator.core.capabilities import satisfies
 from mediator.core.match import Advert, AdvertIndex, match
+from tests.conftest import examples
 
 scalars = st.one_of(
     st.booleans(),
@@ -20,7 +21,7 @@ caps = st.dictionaries(
 needs = st.dictionaries(st.sampled_from(["k", "m", "n"]), scalars, max_size=2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(caps, max_size=6), needs)
 def test_index_serving_equals_a_scan_with_satisfies(fleet, want):
     adverts = [Advert(f"n{i}", c) for i, c in enumerate(fleet)]
@@ -28,7 +29,7 @@ def test_index_serving_equals_a_scan_with_satisfies(fleet, want):
     assert AdvertIndex(adverts).serving(want) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(caps, max_size=6),
     st.dictionaries(st.sampled_from(["r1", "r2"]), needs, max_size=2),

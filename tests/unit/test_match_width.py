@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from mediator.core import capabilities, match
 from mediator.core.match import ALL_BUSY, NO_CANDIDATE, TOO_WIDE, Advert, Assignment, Reject
+from tests.conftest import examples
 
 NODES = [f"n{i}" for i in range(7)]
 ROLES = ["a", "b", "c", "d", "e"]
@@ -138,7 +139,7 @@ def _counter_problem() -> tuple[dict[str, dict[str, Any]], list[Advert], set[str
     return needs, adverts, set(), 2
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(problems())
 @example(_counter_problem())
 def test_the_matcher_agrees_with_brute_force(problem: Any) -> None:
@@ -167,7 +168,7 @@ def test_the_matcher_agrees_with_brute_force(problem: Any) -> None:
         assert (result.code, result.width) == (TOO_WIDE, greedy_width)
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(problems(), st.sets(st.sampled_from(NODES)))
 @example((*counterexample(), set(), 2), {"G"})
 def test_freeing_nodes_never_makes_a_fitting_run_too_wide(problem: Any, more: set[str]) -> None:

@@ -231,6 +231,7 @@ def _sealer(root: str, start: Any, out: Any) -> None:
         out.put((pid, [], repr(exc)))
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_sealers_in_separate_processes_seal_each_run_exactly_once(tmp_path: Path) -> None:
     """Issue 11 §7 across processes (one records root shared by several Mediator processes):
     each run is sealed by exactly one of them, nothing is lost or mixed, nothing is left."""

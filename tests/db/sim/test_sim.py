@@ -19,7 +19,10 @@ from sim.brokers import mediator as engine
 from sim.inputs import scenarios as S
 from sim.inputs.traces import fifo_waits
 
-pytestmark = pytest.mark.db
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.slow,
+]  # scripts/test --fast leaves it out: simulations on the real Mediator
 
 SMALL = {"trace": {"runs": 300}}
 

@@ -15,6 +15,9 @@ from sim.affinity import CpuClaim, claim_cpu
 from sim.brokers import mediator as engine
 from sim.inputs import scenarios as S
 
+# scripts/test --fast leaves it out: simulations on the real Mediator
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(autouse=True)
 def private_tmp(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:

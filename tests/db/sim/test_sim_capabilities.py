@@ -9,7 +9,10 @@ import pytest
 import sim
 from sim.inputs import scenarios as S
 
-pytestmark = pytest.mark.db
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.slow,
+]  # scripts/test --fast leaves it out: simulations on the real Mediator
 
 
 def test_a_capability_gained_by_an_idle_node_promotes_the_waiting_run_at_that_advert(cluster):

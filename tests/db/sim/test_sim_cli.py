@@ -15,7 +15,12 @@ from sim.inputs import scenarios as S
 from sim.outputs import cli, report
 from sim.studies.plan import plan
 
-pytestmark = pytest.mark.db
+# scripts/test --fast leaves it out: simulations on the real Mediator
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.xdist_group("sim_cli"),
+    pytest.mark.slow,
+]  # one worker: its module fixtures once
 
 
 @pytest.fixture

@@ -32,7 +32,12 @@ from sim.inputs import scenarios as S
 from sim.inputs.workload import materialize
 from sim.outputs import gate
 
-pytestmark = pytest.mark.db
+# scripts/test --fast leaves it out: simulations on the real Mediator
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.xdist_group("sim_gate"),
+    pytest.mark.slow,
+]  # one worker: its module fixtures once
 
 ROOT = Path(__file__).resolve().parents[3]
 SMALL = S.steady(runs=60, seed=1)  # M/M/3, the gate's own small case: steady_small

@@ -20,7 +20,10 @@ import pytest
 
 from sim.outputs import coverage, gate
 
-pytestmark = pytest.mark.db
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.slow,
+]  # scripts/test --fast leaves it out: simulations on the real Mediator
 
 ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "sim-baseline"

@@ -10,7 +10,10 @@ import pytest
 import sim
 from sim.inputs import scenarios as S
 
-pytestmark = pytest.mark.db
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.slow,
+]  # scripts/test --fast leaves it out: simulations on the real Mediator
 
 SAME = ["size", "replications", "runs", "wait_mean_s", "wait_p50_s", "wait_p95_s", "wait_p99_s",
         "wait_p95_low", "wait_p95_high", "utilization", "p_wait", "meets_target"]  # fmt: skip

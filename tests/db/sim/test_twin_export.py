@@ -33,6 +33,9 @@ from mediator.core.errors import MediatorError
 from mediator.store.connector import SCHEMA_VERSION
 from tests.db.conftest import EPOCH, ManualClock, advert
 
+# scripts/test --fast leaves it out: simulations on the real Mediator
+pytestmark = pytest.mark.slow
+
 DAY = Config(advert_ttl_seconds=86_400, lease_ttl_seconds=86_400)
 SINCE, UNTIL = EPOCH + timedelta(seconds=100), EPOCH + timedelta(seconds=1000)
 

@@ -76,6 +76,7 @@ def test_claims_take_distinct_cpus_until_none_is_left_and_release_restores() -> 
     assert os.sched_getaffinity(0) == allowed
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_a_claim_held_by_another_process_is_respected(private_tmp: Any) -> None:
     """flock works across processes: a CPU another simulation holds is not taken."""
     # (min_cpus=1: on a one-CPU machine the child holds the only CPU and ours is refused)

@@ -20,6 +20,9 @@ from sim.analysis import mmc_wait_quantile, mmc_wq
 from sim.brokers.model import replicate, run_model
 from sim.inputs import scenarios as S
 
+# scripts/test --fast leaves it out: hundreds of model replications
+pytestmark = pytest.mark.slow
+
 MU, C = 0.1, 3
 
 

@@ -213,6 +213,7 @@ def test_the_example_ci_workflow_runs_the_gate_on_the_committed_baseline() -> No
     assert gate.find_cases(root / "sim-baseline")  # every case it would run is there
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_the_example_ci_workflow_passes_the_workflow_linters() -> None:
     """The workflow is checked by tools made for GitHub's workflow files: zizmor (from PyPI; a
     linter for permissions, credentials, pinning and injection, offline and pedantic) and the

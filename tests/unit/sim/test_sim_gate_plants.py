@@ -75,6 +75,7 @@ def test_plant_ids_are_unique_and_an_unknown_one_is_refused() -> None:
         coverage.plant("nope")
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_the_command_lists_the_plants() -> None:
     out = subprocess.run([sys.executable, "-m", "sim", "coverage", "--baseline", "x", "--list"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip

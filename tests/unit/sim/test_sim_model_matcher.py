@@ -26,6 +26,7 @@ from sim.inputs.scenarios import (
     Workload,
 )
 from sim.inputs.workload import materialize
+from tests.conftest import examples
 
 VALUES = st.sampled_from([True, False, 0, 1, 1.0, 2, "a", "b"])
 CAPS = st.dictionaries(
@@ -46,7 +47,7 @@ def _model(caps: list[dict[str, Any]]) -> Model:
     return Model(materialize(sc))
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=examples(300), deadline=None, database=None)
 @given(
     fleet=st.lists(
         st.tuples(CAPS, st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=5
@@ -84,7 +85,7 @@ def test_model_matcher_agrees_with_mediator_match(
 ROLE_FLAGS = ["p", "q", "r", "s", "t"]
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=examples(300), deadline=None, database=None)
 @given(
     fleet=st.lists(
         st.tuples(

@@ -25,6 +25,7 @@ from sim.inputs.scenarios import (
     Template,
     Workload,
 )
+from tests.conftest import examples
 
 CLASSES = ("a", "b", "c")
 
@@ -91,7 +92,10 @@ def _leases_never_overlap(leases: pd.DataFrame, end: float) -> bool:
 
 
 @settings(
-    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(scenarios())
 def test_invariants_hold_on_random_scenarios(scenario: Scenario) -> None:

@@ -20,6 +20,9 @@ from sim.analysis import mmc_wait_quantile, mmc_wq, replication_seeds
 from sim.inputs import scenarios as S
 from sim.studies.plan import Replication, sized
 
+# scripts/test --fast leaves it out: every plan runs many simulations
+pytestmark = pytest.mark.slow
+
 TARGET = {"quantile": 0.95, "wait_s": 10.0}
 
 

@@ -61,6 +61,7 @@ def test_scenario_hash_is_stable() -> None:
     assert len(S.steady().scenario_hash()) == 16
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_heartbeats_stay_a_small_share_where_nothing_vanishes() -> None:
     """design.md §20: coarse adverts by default, fine ones only where vanishing is the subject."""
     for name in ("steady", "mixed", "burst", "asks", "restart"):

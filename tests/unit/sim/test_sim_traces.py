@@ -128,6 +128,7 @@ def test_csv_replay_honours_per_row_needs(tmp_path: Path) -> None:
     assert runs.loc["r0000003", "wait_s"] == 7.0  # until a frees n000 at 10 (b holds n001)
 
 
+@pytest.mark.slow  # scripts/test --fast leaves it out
 def test_more_nodes_never_make_a_nasa_job_wait_longer() -> None:
     """Common random numbers (design.md §20) make fleet sizes comparable job by job: under FIFO on
     identical nodes no job waits longer when a node is added — what capacity planning relies on."""

@@ -16,6 +16,9 @@ from sim.analysis import erlang_c, littles_law, mean_ci, mmc_wq, warmup_cut
 from sim.brokers.model import replicate, run_model
 from sim.inputs import scenarios as S
 
+# scripts/test --fast leaves it out: long model runs against Erlang C
+pytestmark = pytest.mark.slow
+
 POINTS = [
     # (c, rho, runs per replication, replications)
     (3, 0.9, 20_000, 10),
