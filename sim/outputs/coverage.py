@@ -232,11 +232,9 @@ def _head_only() -> contextlib.AbstractContextManager[None]:
     def head_only(ctx: Any, first: Any = None) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE)
-        classes, fleet, head = first
-        head = list(head)[:1]
-        classes = [c for c in classes if head and c.needs_key == head[0].needs_key]
-        return real(ctx, cast(Any, (classes, fleet, head)))
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+        # a head shorter than a page is the whole queue to the sweep: it pages no further
+        return real(ctx, first._replace(head=list(first.head)[:1]))
 
     return _patched(sweep, "sweep", head_only)
 

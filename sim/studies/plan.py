@@ -235,8 +235,10 @@ def _headless() -> bool:
 
     import matplotlib
 
-    if "ipykernel" in sys.modules:
-        return False
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        return False  # inside a running kernel, not merely a program that imported ipykernel
     return matplotlib.get_backend().lower() in _NON_INTERACTIVE
 
 
