@@ -267,7 +267,10 @@ def client_main(kind: str, target: str, count: int, out: str, start_at: float) -
     if kind == "mediator":
         import httpx
 
-        contract = {"roles": {"dut": {"pool": "busy"}}, "steps": [{"name": "s", "role": "dut"}]}
+        contract = {
+            "roles": {"dut": {"pool": "busy"}},
+            "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}],
+        }
         with httpx.Client(base_url=target, timeout=60) as http:
             http.get("/healthz")
             time.sleep(max(0.0, start_at - time.time()))

@@ -23,6 +23,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number of at least 0 (0 switches a feature off: ``enode --long-poll 0``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of at least 0: {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

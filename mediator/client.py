@@ -21,11 +21,13 @@ import json as _json
 import math
 import os
 import re
+import select
+import ssl
 import stat
 import time
 import unicodedata
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -146,6 +148,7 @@ class Reply:
 
     status: int
     body: Any
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def _segment(value: object) -> str:
@@ -161,6 +164,26 @@ _MAX_NODE_PAGES = 1000
 # socket operation waits at most until then (issue 25 §9). httpx's own timeout is per read, so
 # a server that trickled its status line and headers a byte at a time held a request for ever.
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("deadline", default=None)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """What ends a request in flight while it waits for its answer (:meth:`Client.work_wait`: a
+    node's held poll ends at once on SIGTERM): ``fd`` becoming readable, or ``check()`` returning
+    True, asked every ``every`` seconds (a drain file changed)."""
+
+    fd: int
+    check: Callable[[], bool] | None = None
+    every: float = 1.0
+
+
+_interrupt: contextvars.ContextVar[Interrupt | None] = contextvars.ContextVar(
+    "interrupt", default=None
+)
+
+
+class Interrupted(Exception):
+    """The request was given up: its :class:`Interrupt` fired."""
 
 
 def _left(timeout: float | None) -> float | None:
@@ -181,7 +204,30 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._stream = stream
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        interrupt = _interrupt.get()
+        if interrupt is not None:
+            self._wait_readable(interrupt, _left(timeout))
         return self._stream.read(max_bytes, _left(timeout))
+
+    def _wait_readable(self, interrupt: Interrupt, timeout: float | None) -> None:
+        """Wait until the socket has bytes (then read as usual) or ``interrupt`` fires (then
+        :class:`Interrupted`); at ``timeout``, return and let the read time out as usual."""
+        sock = self._stream.get_extra_info("socket")
+        if sock is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            return  # bytes already decrypted and waiting: select would not see them
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            step = left
+            if interrupt.check is not None:
+                step = interrupt.every if left is None else min(left, interrupt.every)
+            ready, _, _ = select.select([sock, interrupt.fd], [], [], step)
+            if sock in ready:
+                return
+            if interrupt.fd in ready or (interrupt.check is not None and interrupt.check()):
+                raise Interrupted("the request was interrupted")
+            if left is not None and step is not None and left <= step:
+                return
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._stream.write(buffer, _left(timeout))
@@ -311,7 +357,7 @@ class Client:
         if resp.status_code in tuple(ok):
             if not isinstance(body, dict):
                 raise BadAnswer(self.url, f"{method} {path} answered {_kind(body)}, not an object")
-            return Reply(resp.status_code, body)
+            return Reply(resp.status_code, body, resp.headers)
         raise _error(resp, content, body)
 
     def _fetch(self, method: str, path: str, **kwargs: Any) -> tuple[httpx.Response, bytes]:
@@ -433,6 +479,41 @@ class Client:
         """The claimable steps of a node (route 2)."""
         steps = self._get(f"/v1/nodes/{_segment(node_id)}/work").get("steps")
         return [self._step(s, "a work step") for s in self._list(steps, "steps")]
+
+    def work_wait(
+        self, node_id: str, wait: float, interrupt: Interrupt | None = None
+    ) -> tuple[list[dict[str, Any]], float | None]:
+        """Route 2 as a long poll: the server holds the answer up to ``wait`` seconds while the
+        node has nothing to claim (docs/design.md §19 "The wake of a waiting node").
+
+        Args:
+            wait: Seconds; kept 5 s inside this client's request timeout.
+            interrupt: What gives the request up at once (:class:`Interrupted`; the connection
+                is dropped, which frees the server's place).
+
+        Returns:
+            The steps, and the seconds the server said it would hold (``X-Mediator-Wait``): 0 if
+            it answered at once (over its cap, stopping), None if it ignored ``wait`` (an older
+            server).
+        """
+        wait = max(0.0, min(wait, self.timeout - 5.0))
+        token = _interrupt.set(interrupt)
+        try:
+            reply = self.request("GET", f"/v1/nodes/{_segment(node_id)}/work",
+                                 params={"wait": f"{wait:.3f}"})  # fmt: skip
+        finally:
+            _interrupt.reset(token)
+        steps = [self._step(s, "a work step") for s in self._list(reply.body.get("steps"), "steps")]
+        granted: float | None = None
+        header = reply.headers.get("x-mediator-wait")
+        if header is not None:
+            try:
+                granted = float(header)
+            except ValueError:
+                granted = None
+            if granted is not None and not (math.isfinite(granted) and granted >= 0):
+                granted = None
+        return steps, granted
 
     def claim(self, run_id: str, seq: int, node_id: str, instance: str) -> dict[str, Any]:
         """Claim a step (route 3); returns the step as CLAIMED, with its new ``attempt``."""

@@ -34,6 +34,11 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     "events_keepalive_seconds": (0.01, 15),
     "events_max_streams": (1, 100_000),
     "events_max_streams_per_principal": (1, 100_000),
+    # held work polls (docs/security.md "Held work polls"): the longest hold — below the enode's
+    # 30 s request deadline and the ~30 s idle timeout of common proxies; 0 holds none — and caps
+    "work_wait_max_seconds": (0, 25),
+    "work_max_waits": (1, 100_000),
+    "work_max_waits_per_principal": (1, 100_000),
     # mediator serve: uvicorn worker processes (issue 13); default the CPU count
     "workers": (1, 1_024),
     # fair under floods (docs/security.md): one principal's QUEUED runs and their needs classes
@@ -47,6 +52,8 @@ _WHOLE: Final = frozenset(
         "port",
         "events_max_streams",
         "events_max_streams_per_principal",
+        "work_max_waits",
+        "work_max_waits_per_principal",
         "workers",
         "max_queued_runs_per_principal",
         "max_queued_classes_per_principal",
@@ -78,6 +85,10 @@ class Config:
     events_keepalive_seconds: float = 15.0
     events_max_streams: int = 512
     events_max_streams_per_principal: int = 64
+    # held work polls (docs/design.md §19 "The wake of a waiting node", docs/security.md)
+    work_wait_max_seconds: float = 25.0
+    work_max_waits: int = 4096
+    work_max_waits_per_principal: int = 1024
     # mediator serve: worker processes on one listening socket (docs/performance.md P1)
     workers: int = field(default_factory=cpu_count)
     # fair under floods (docs/security.md): a submit that would queue past either cap is 429

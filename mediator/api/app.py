@@ -3,8 +3,8 @@
 Routes translate HTTP to calls on :class:`mediator.Mediator` and back (docs/design.md §19);
 who may call what is :mod:`mediator.api.deps`'s, the one error shape :mod:`mediator.api.errors`',
 the document :mod:`mediator.api.openapi`'s. The factory only puts them together: the app's state
-(the Mediator, the token table, the event feed, the metrics), the error handlers, the middleware,
-the routers and the panel.
+(the Mediator, the token table, the event feed, the held work polls, the metrics), the error
+handlers, the middleware, the routers and the panel.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from mediator.api.guard import LOOPBACK_HOSTS, Guard
 from mediator.api.limits import BodyLimit
 from mediator.api.metrics import Metrics, RequestMetrics
 from mediator.api.routes import ROUTERS
+from mediator.api.waits import WorkWaits
 from mediator.flows import Mediator
 
 MAX_BODY = 1 << 20  # 1 MiB: a 1,000-step contract fits with room to spare
@@ -52,6 +53,15 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     metrics = Metrics(med)
     feed.on_open_streams = metrics.instruments.streams.set
     feed.on_out_of_order = metrics.instruments.out_of_order.inc
+    waits = WorkWaits(
+        med,
+        feed,
+        max_wait_s=med.config.work_wait_max_seconds,
+        max_held=med.config.work_max_waits,
+        max_per_principal=med.config.work_max_waits_per_principal,
+    )
+    waits.on_held = metrics.instruments.held_polls.set
+    waits.on_answer = lambda how: metrics.instruments.polls.labels(how).inc()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -71,6 +81,7 @@ def create_app(med: Mediator, tokens: Tokens | None = None, *, max_body: int = M
     app.state.med = med
     app.state.tokens = tokens
     app.state.feed = feed
+    app.state.waits = waits
     app.state.metrics = metrics
     openapi.install(app)  # the document as the server behaves (issue 15 §1)
     errors.install(app)

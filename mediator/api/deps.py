@@ -20,6 +20,7 @@ from mediator.api.auth import Principal, Tokens
 from mediator.api.events import EventFeed
 from mediator.api.metrics import Metrics
 from mediator.api.schemas import Auth
+from mediator.api.waits import WorkWaits
 from mediator.core import limits
 from mediator.core.errors import Forbidden, NotFound
 from mediator.flows import Mediator
@@ -38,6 +39,11 @@ async def _feed(request: Request) -> EventFeed:
     return feed
 
 
+async def _waits(request: Request) -> WorkWaits:
+    waits: WorkWaits = request.app.state.waits
+    return waits
+
+
 async def _metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -45,6 +51,7 @@ async def _metrics(request: Request) -> Metrics:
 
 Med = Annotated[Mediator, Depends(_med)]
 Feed = Annotated[EventFeed, Depends(_feed)]
+Waits = Annotated[WorkWaits, Depends(_waits)]
 MetricsOf = Annotated[Metrics, Depends(_metrics)]
 
 

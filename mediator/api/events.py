@@ -63,7 +63,7 @@ RETRY_AFTER_S = 10  # what a refused client is told to wait (seconds)
 HORIZON_S = 1.0
 PAGE = 500  # rows per read
 BUFFER = 2000  # frames kept for streams that are a little behind
-LISTEN_TIMEOUT_S = 5.0  # the LISTEN connection is renewed this often (it also checks stop)
+LISTEN_TIMEOUT_S = 5.0  # the listener checks stop this often (its connection is kept)
 
 
 class StreamsFull(Exception):
@@ -126,6 +126,10 @@ class EventFeed:
         self._listener: threading.Thread | None = None  # the LISTEN thread, once started
         self.listener_error: str | None = None  # why the listener's last attempt failed
         self._stopping = threading.Event()
+        # Called on the event loop at every NOTIFY, when the listener (re)starts listening (a
+        # NOTIFY may have gone unheard before) and at stop(): the work polls' wake
+        # (mediator.api.waits, docs/design.md §19 "The wake of a waiting node").
+        self._subscribers: list[Callable[[], None]] = []
         # The shared buffer: places (tx, id) and frames of rows after ``_floor`` (None: not read).
         self._floor: Place | None = None
         self._ids: list[Place] = []
@@ -178,20 +182,46 @@ class EventFeed:
             with contextlib.suppress(RuntimeError):  # the loop is closed already
                 loop.call_soon_threadsafe(self._on_stop)
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the event loop at every change heard (see ``_subscribers``)."""
+        self._subscribers.append(callback)
+
     def _on_stop(self) -> None:
         if self._wake is not None:
             self._wake.set()
         self._notify_changed()
+        self._tell_subscribers()
+
+    def _tell_subscribers(self) -> None:
+        for callback in self._subscribers:
+            try:
+                callback()
+            except Exception:  # one subscriber's fault must not deafen the others
+                log.exception("an event subscriber failed")
 
     def _ensure_started(self) -> None:
         """Start the pump task once, on the calling event loop, and the listener thread — again
         if it has ended (issue 25 §4: each admitted stream pokes it)."""
         if self._pump_task is None:
-            loop = asyncio.get_running_loop()
-            self._loop = loop
+            self._bind_loop()
+            assert self._loop is not None
+            self._pump_task = self._loop.create_task(self._pump(), name="mediator-events-pump")
+        self.ensure_listening()
+
+    def _bind_loop(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
             self._wake = asyncio.Event()
             self._changed = asyncio.Event()
-            self._pump_task = loop.create_task(self._pump(), name="mediator-events-pump")
+
+    def ensure_listening(self) -> None:
+        """Start the listener thread (again, if it has ended) without the pump: a held work poll
+        needs to hear of changes, not to read the events (mediator.api.waits)."""
+        self._bind_loop()
         listener = self._listener
         if (listener is None or not listener.is_alive()) and not self._stopping.is_set():
             assert self._loop is not None
@@ -220,9 +250,12 @@ class EventFeed:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                for _ in self.med.store.notifications(CHANNEL, timeout=LISTEN_TIMEOUT_S):
-                    loop.call_soon_threadsafe(self._poke)
+                for heard in self.med.store.notifications(CHANNEL, timeout=LISTEN_TIMEOUT_S):
                     backoff, self.listener_error = 0.5, None
+                    if self._stopping.is_set():
+                        break
+                    if heard:
+                        loop.call_soon_threadsafe(self._poke)
                 backoff, self.listener_error = 0.5, None
             except RuntimeError:
                 if loop.is_closed():
@@ -245,6 +278,7 @@ class EventFeed:
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
+        self._tell_subscribers()
 
     def _notify_changed(self) -> None:
         old, self._changed = self._changed, asyncio.Event()

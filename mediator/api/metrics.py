@@ -205,6 +205,19 @@ class Instruments:
             multiprocess_mode="livesum",  # the live workers' streams; a dead one holds none
             registry=registry,
         )
+        self.held_polls = Gauge(
+            "mediator_work_polls_held",
+            "Work polls held open waiting for work (GET /v1/nodes/{node_id}/work?wait=).",
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.polls = Counter(
+            "mediator_work_polls",
+            "Work polls with a wait, by how they were answered: not_held (no place, or the "
+            "server stops), ready, woken, waited, gone (the client left), stopped.",
+            ["answer"],
+            registry=registry,
+        )
         self.out_of_order = Counter(
             "mediator_event_rows_out_of_order",
             "Event rows a /v1/events read returned out of (tx, id) order, dropped rather than "

@@ -86,6 +86,17 @@ EventLimit = Annotated[
     Query(ge=1, le=1_000_000),
     WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 1_000_000}),
 ]
+_WAIT = (
+    "Hold the answer up to this many seconds while the node has no claimable step, answering as "
+    "soon as it may have one (a long poll). Capped by the server; the X-Mediator-Wait header of "
+    "the answer says how long it would hold (0: it answered at once, e.g. over its cap of held "
+    "polls). Absent: answer at once."
+)
+WorkWait = Annotated[
+    float | None,
+    Query(ge=0, allow_inf_nan=False, description=_WAIT),
+    WithJsonSchema({"type": "number", "minimum": 0, "description": _WAIT}),
+]
 LastEventId = Annotated[
     str | None,
     Header(alias="Last-Event-ID", description=_LAST_EVENT_ID),

@@ -20,6 +20,14 @@ Rules it follows, and why:
   short reason the server can take (what was refused, where the log is kept). Logs are escaped
   before they are sent (NUL, lone surrogates: :func:`escape_log`), so a step's output cannot
   make its own result unsendable.
+* Idle, it long-polls (docs/design.md §19 "The wake of a waiting node"): the work poll asks the
+  server to hold its answer up to ``long_poll`` seconds — ending before the next advert is due —
+  and the server answers as soon as the node may have a step, so an idle node costs one request
+  per advert interval instead of one a second, and a new run starts at once instead of at the
+  next poll. The held request ends at once on :meth:`stop` or :meth:`set_drain` (the wake pipe
+  below), and while stopping the daemon polls plainly, as before. A server that ignores ``wait``
+  (no ``X-Mediator-Wait`` header: an older Mediator) or holds nothing (``0``: over its cap) is
+  polled every ``poll_seconds`` instead.
 * Drain (the policy travels in the advert): ``--drain`` sets it at start; :meth:`set_drain` (the
   program wires SIGUSR1 → ``graceful``, SIGUSR2 → none) or a drain file change it while running.
 * :meth:`stop` (SIGTERM, SIGINT): advertise ``drain: graceful`` (an ``at-boundary`` drain is kept:
@@ -46,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from mediator.client import ApiError, Client, Unreachable
+from mediator.client import ApiError, Client, Interrupt, Interrupted, Unreachable
 from mediator.enode.actions import (
     Action,
     Context,
@@ -61,10 +69,15 @@ log = logging.getLogger("mediator.enode")
 
 DRAIN_POLICIES: Final = ("", "graceful", "at-boundary")
 DEFAULT_POLL: Final = 1.0
+# The longest a work poll asks the server to hold (seconds); the server caps it too
+# (work_wait_max_seconds, 25 s). --long-poll; 0 polls every poll_seconds instead.
+DEFAULT_LONG_POLL: Final = 25.0
 # Before the first advert answers we do not know the server's TTL; retry adverts this often.
 _RETRY_ADVERT: Final = 1.0
 # A 413 on a result means the log is too big for this server: send the tail that fits this.
 _SHORT_LOG: Final = 4 * 1024
+# A long poll shorter than this is not worth asking for: poll plainly (the advert is nearly due).
+_MIN_LONG_POLL: Final = 0.5
 # Claim refusals after which no other step of this poll is worth trying.
 _STOP_POLL_CODES: Final = frozenset({"draining", "stale_instance"})
 # How long a stopping node keeps trying a server it cannot reach (seconds); --stop-grace.
@@ -102,7 +115,10 @@ class Daemon:
         drain: The drain policy at start: ``""``, ``"graceful"`` or ``"at-boundary"``.
         instance: The instance id; a fresh uuid4 hex when ``None``.
         actions: ``{name: action}``; the built-ins and installed plugins when ``None``.
-        poll_seconds: Idle time between work polls.
+        poll_seconds: Idle time between work polls when the server holds none.
+        long_poll: The longest the server may hold a work poll (a long poll; 0: none). ``None``:
+            :data:`DEFAULT_LONG_POLL` when the daemon waits in real time (no ``sleep`` given),
+            else 0 — a held request takes real time, which a fake clock cannot skip.
         drain_file: A file whose content (``graceful``, ``at-boundary`` or empty) is the policy
             while it exists; read at every tick. When it is removed, ``drain`` applies again.
         clock: Monotonic seconds (tests: a fake).
@@ -126,6 +142,7 @@ class Daemon:
         sleep: Callable[[float], None] | None = None,
         keep_dir: str | Path | None = None,
         stop_grace: float = DEFAULT_STOP_GRACE,
+        long_poll: float | None = None,
     ) -> None:
         _check_drain(drain)
         self.client = client
@@ -136,6 +153,10 @@ class Daemon:
         self.actions = dict(load_actions() if actions is None else actions)
         self._send_actions = True  # False once a Mediator refused the field (an older server)
         self.poll_seconds = poll_seconds
+        self.long_poll = (
+            (DEFAULT_LONG_POLL if sleep is None else 0.0) if long_poll is None else (long_poll)
+        )
+        self._poll_again = False  # the server held the last poll: the next one follows at once
         self.clock = clock
         self.drain = drain
         self.advert_ttl: float | None = None
@@ -143,6 +164,8 @@ class Daemon:
         self._start_drain = drain
         self._drain_file = Path(drain_file) if drain_file is not None else None
         self._drain_file_text: str | None = None
+        # Read every second while a poll is held, so a held poll ends when the file changes.
+        self._drain_check = self._drain_file_changed if self._drain_file is not None else None
         self._advertised_drain: str | None = None  # policy of the last advert the server took
         self._next_advert = -float("inf")  # the heartbeat: due at the first tick
         self._not_before = -float("inf")  # no advert before this (after one went unanswered)
@@ -250,7 +273,7 @@ class Daemon:
             self.finished = True
             return False
         try:
-            steps = self.client.work(self.node_id)
+            steps = self._poll(stopping=self._stopping)
         except ApiError as exc:
             self._note_failure("work poll", exc)
             return False
@@ -266,7 +289,33 @@ class Daemon:
                 return True
         return False
 
+    def _poll(self, stopping: bool) -> list[dict[str, Any]]:
+        """The claimable steps: a long poll when the server holds them, else a plain one.
+
+        Raises:
+            _NotNow: :meth:`stop` or :meth:`set_drain` ended the held poll (the next tick acts).
+        """
+        self._poll_again = False
+        wait = min(self.long_poll, self._advert_due_in())
+        if stopping or self._wake_r is None or wait < _MIN_LONG_POLL:
+            return self.client.work(self.node_id)
+        asked = time.monotonic()  # real time: the server holds in real time
+        try:
+            steps, granted = self.client.work_wait(
+                self.node_id, wait, Interrupt(self._wake_r, self._drain_check)
+            )
+        except Interrupted:
+            self._drain_wake()  # the flags it announced are set already: the next tick reads them
+            raise _NotNow from None
+        if not steps and granted:
+            # Held, and nothing came: ask again at once — unless it came back well before its
+            # time, which only a stopping server does (then poll at the plain pace).
+            self._poll_again = time.monotonic() - asked >= min(wait, granted) / 2
+        return steps
+
     def _idle_time(self) -> float:
+        if self._poll_again:
+            return 0.0
         return max(0.0, min(self.poll_seconds, self._advert_due_in()))
 
     def _wait_for_wake(self, seconds: float) -> None:
@@ -275,9 +324,14 @@ class Daemon:
             time.sleep(seconds)
             return
         select.select([r], [], [], seconds)
-        with contextlib.suppress(BlockingIOError):
-            while os.read(r, 64):
-                pass
+        self._drain_wake()
+
+    def _drain_wake(self) -> None:
+        r = self._wake_r
+        if r is not None:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(r, 64):
+                    pass
 
     def _nudge(self) -> None:
         w = self._wake_w
@@ -492,6 +546,17 @@ class Daemon:
         return True
 
     # ---- small helpers -------------------------------------------------------------------------
+
+    def _drain_file_changed(self) -> bool:
+        """The drain file says something else than at the last tick (a held poll ends on it)."""
+        if self._drain_file is None:
+            return False
+        try:
+            return self._drain_file.read_text("utf-8").strip() != self._drain_file_text
+        except FileNotFoundError:
+            return self._drain_file_text is not None
+        except OSError:
+            return False
 
     def _read_drain_file(self) -> None:
         if self._drain_file is None:

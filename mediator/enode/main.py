@@ -4,8 +4,8 @@
 
     enode --url http://127.0.0.1:8640 --node-id bench-1 --caps caps.toml [--label L]
           [--token-file FILE]
-          [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS] [--keep-dir DIR]
-          [--stop-grace SECONDS]
+          [--drain graceful|at-boundary] [--drain-file PATH] [--poll SECONDS]
+          [--long-poll SECONDS] [--keep-dir DIR] [--stop-grace SECONDS]
 
 ``--caps`` is a JSON or TOML file holding one object of capabilities (TOML when the name ends in
 ``.toml``). ``--url`` defaults to ``$MEDIATOR_URL``. The bearer token comes from
@@ -21,8 +21,13 @@ answer, a stopping node gives up after ``--stop-grace`` seconds. A result the Me
 good (4xx) or never takes is kept in ``--keep-dir`` and the step reported failed with the reason.
 SIGUSR1 sets the drain policy to ``graceful`` and SIGUSR2 clears it, without stopping.
 ``--drain-file``: while the file exists its content (``graceful``, ``at-boundary`` or empty) is
-the policy; each change applies at the next poll, and removing the file brings back the
-``--drain`` policy.
+the policy; each change applies within a second (a held work poll is given up for it), and
+removing the file brings back the ``--drain`` policy.
+
+Idle, the daemon long-polls: its work poll asks the Mediator to hold the answer up to
+``--long-poll`` seconds (default 25, ended before the next advert is due) and is answered as soon
+as the node may have a step; against a Mediator that holds nothing it polls every ``--poll``
+seconds (docs/design.md §19).
 
 Exit status: 0 after a stop, 1 if the Mediator refuses the node (bad token, another owner's
 ``node_id``, invalid capabilities), 2 for usage errors (arguments, an unreadable caps file).
@@ -43,9 +48,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mediator.argtypes import positive_float
+from mediator.argtypes import non_negative_float, positive_float
 from mediator.client import DEFAULT_URL, Client, read_token_file
-from mediator.enode.daemon import DEFAULT_POLL, DEFAULT_STOP_GRACE, Daemon
+from mediator.enode.daemon import DEFAULT_LONG_POLL, DEFAULT_POLL, DEFAULT_STOP_GRACE, Daemon
 
 EXIT_USAGE = 2
 
@@ -100,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_POLL,
         metavar="SECONDS",
         help=f"seconds between work polls when idle (default: {DEFAULT_POLL:g})",
+    )
+    parser.add_argument(
+        "--long-poll",
+        type=non_negative_float,
+        default=DEFAULT_LONG_POLL,
+        metavar="SECONDS",
+        help="how long the Mediator may hold an idle node's work poll, answering as soon as "
+        "there is work (ended early for each advert; the server caps it; 0: poll every --poll "
+        f"seconds instead; default: {DEFAULT_LONG_POLL:g})",
     )
     parser.add_argument(
         "--keep-dir",
@@ -197,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             label=args.label,
             drain=args.drain,
             poll_seconds=args.poll,
+            long_poll=args.long_poll,
             drain_file=args.drain_file,
             keep_dir=args.keep_dir or default_keep_dir(args.node_id),
             stop_grace=args.stop_grace,

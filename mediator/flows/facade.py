@@ -256,6 +256,10 @@ class Mediator:
         """Claimable steps of ``node_id``: PENDING, on it, every ``after`` PASSED, run RUNNING."""
         return steps_flow.work(self.ctx, node_id)
 
+    def nodes_with_work(self, node_ids: list[str]) -> set[str]:
+        """Which of ``node_ids`` have a claimable step now (what :meth:`work` would answer)."""
+        return steps_flow.nodes_with_work(self.ctx, node_ids)
+
     def claim(self, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:
         """PENDING → CLAIMED for the node the step belongs to (403 ``not_your_step``; 409
         ``run_ended``, ``stale_instance``, ``draining``, ``already_claimed``, ``not_claimable``)."""

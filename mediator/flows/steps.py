@@ -141,6 +141,15 @@ def work(ctx: Context, node_id: str) -> list[Step]:
         return tx.work(node_id)
 
 
+def nodes_with_work(ctx: Context, node_ids: list[str]) -> set[str]:
+    """The nodes among ``node_ids`` that :func:`work` would answer a step for: one statement
+    for every held long poll of a process (docs/design.md §19 "The wake of a waiting node")."""
+    if not node_ids:
+        return set()
+    with ctx.store.autocommit() as tx:
+        return tx.nodes_with_work(node_ids)
+
+
 def locked(
     tx: Tx, run_id: str, seq: int, node_id: str | None = None
 ) -> tuple[Run, list[Step], Step]:

@@ -492,17 +492,29 @@ class Connector(Generic[S]):
         except (psycopg.Error, PoolTimeout) as exc:
             raise self._error(exc) from exc
 
-    def notifications(self, channel: str, timeout: float) -> Iterator[None]:
-        """Yield once per NOTIFY on ``channel`` until ``timeout`` seconds pass without one.
+    def notifications(self, channel: str, timeout: float) -> Iterator[bool]:
+        """Listen on ``channel`` on one dedicated connection (LISTEN holds it) for as long as the
+        caller iterates: ``True`` once when listening starts — anything may have been sent while
+        no one listened, so a listener re-reads then — and once per NOTIFY; ``False`` after each
+        ``timeout`` seconds without one, so the caller can check whether to stop.
 
-        A dedicated connection (LISTEN holds it); the caller loops to keep listening. Raises
-        StoreUnavailable if the connection breaks, so the caller can reconnect.
+        The connection is kept between timeouts: NOTIFYs that arrive while the caller is busy are
+        queued by the driver and yielded next, none is lost. (It was opened anew every
+        ``timeout``: a backend started every few seconds in each worker, and a gap in which a
+        NOTIFY reached no one.) Raises StoreUnavailable if the connection breaks, so the caller
+        can reconnect.
         """
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 conn.execute(f"LISTEN {channel}")
-                for _ in conn.notifies(timeout=timeout):
-                    yield None
+                yield True
+                while True:
+                    heard = False
+                    for _ in conn.notifies(timeout=timeout):
+                        heard = True
+                        yield True
+                    if not heard:
+                        yield False
         except psycopg.Error as exc:
             raise _map_error(exc) from exc
 

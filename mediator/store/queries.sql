@@ -335,6 +335,19 @@ WHERE s.node_id = %(node_id)s AND s.state = 'PENDING' AND r.state = 'RUNNING'
         AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
 ORDER BY r.started_at, s.run_id, s.seq
 
+-- nodes_with_work --
+-- Which of these nodes have a claimable step now (the `work` statement's condition, for many
+-- nodes at once): a held long poll is answered when its node is among them (docs/design.md §19
+-- "The wake of a waiting node"). One statement per change, however many polls are held.
+SELECT DISTINCT s.node_id
+FROM steps s
+JOIN runs r ON r.run_id = s.run_id
+WHERE s.node_id = ANY(%(node_ids)s::text[]) AND s.state = 'PENDING' AND r.state = 'RUNNING'
+  AND NOT EXISTS (
+      SELECT 1 FROM steps d
+      WHERE d.run_id = s.run_id AND d.state <> 'PASSED'
+        AND d.name IN (SELECT jsonb_array_elements_text(s.after)))
+
 -- lock_steps --
 -- Second in the lock order (run row, then steps, leases, asks).
 SELECT run_id, seq, name, kind, role, uses, "with" AS with_, after, ask, state, node_id, instance,

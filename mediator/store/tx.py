@@ -258,6 +258,10 @@ class Tx(Statements):
     def work(self, node_id: str) -> list[Step]:
         return self._rows("work", {"node_id": node_id}, row=Step)
 
+    def nodes_with_work(self, node_ids: list[str]) -> set[str]:
+        """The nodes among ``node_ids`` with a claimable step (what :meth:`work` finds)."""
+        return {r["node_id"] for r in self._rows("nodes_with_work", {"node_ids": node_ids})}
+
     def lock_steps(self, run_id: str) -> list[Step]:
         return self._rows("lock_steps", {"run_id": run_id}, row=Step)
 

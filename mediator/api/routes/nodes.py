@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
 
-from mediator.api.deps import Caller, Med, NodeCaller, as_node
+from mediator.api.deps import Caller, Med, NodeCaller, Waits, as_node
 from mediator.api.responses import FastJSON
 from mediator.api.schemas import (
     ID_PATTERN,
@@ -16,8 +17,10 @@ from mediator.api.schemas import (
     Fleet,
     NodeId,
     Work,
+    WorkWait,
     answers,
 )
+from mediator.api.waits import WAIT_HEADER
 
 router = APIRouter(tags=["nodes"])
 # The fleet's cursor is a node id, or empty for the first page (a malformed one: invalid_node_id).
@@ -42,15 +45,23 @@ def post_advert(body: AdvertBody, med: Med, p: NodeCaller) -> Response:
     return FastJSON({"advert_ttl_seconds": ttl})
 
 
-# 2 -- work
+# 2 -- work; with `wait`, a long poll held until the node may have a step (mediator/api/waits.py)
 @router.get(
     "/v1/nodes/{node_id}/work",
     response_model=None,
     responses=answers({200: Work}, 400, 403, 404, *V1),
 )
-def get_work(node_id: NodeId, med: Med, p: NodeCaller) -> Response:
-    as_node(med, p, node_id)
-    return FastJSON({"steps": [s.to_dict() for s in med.work(node_id)]})
+async def get_work(
+    node_id: NodeId, request: Request, med: Med, waits: Waits, p: NodeCaller, wait: WorkWait = None
+) -> Response:
+    def read() -> list[dict[str, Any]]:
+        as_node(med, p, node_id)
+        return [s.to_dict() for s in med.work(node_id)]
+
+    if wait is None:
+        return FastJSON({"steps": await run_in_threadpool(read)})
+    steps, granted = await waits.poll(node_id, p.name, wait, read, request.receive)
+    return FastJSON({"steps": steps}, headers={WAIT_HEADER: f"{granted:g}"})
 
 
 # 11 -- fleet, paged like the runs (docs/design.md §19): follow `next` as `after`
