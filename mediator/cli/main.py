@@ -463,6 +463,9 @@ class Workers:
             events_max_streams_per_principal=max(
                 1, serving.config.events_max_streams_per_principal // n
             ),
+            # held work polls likewise (docs/security.md "Held work polls")
+            work_max_waits=max(1, serving.config.work_max_waits // n),
+            work_max_waits_per_principal=max(1, serving.config.work_max_waits_per_principal // n),
         )
         self.serving = Serving(
             share, serving.tokens, serving.dev, serving.database_url, serving.records_root
