@@ -87,8 +87,9 @@ class Config:
     events_max_streams_per_principal: int = 64
     # held work polls (docs/design.md §19 "The wake of a waiting node", docs/security.md)
     work_wait_max_seconds: float = 25.0
-    work_max_waits: int = 4096
-    work_max_waits_per_principal: int = 1024
+    # With the 512 event streams, a quarter of a process's 1,024 connections is left for the rest
+    work_max_waits: int = 256
+    work_max_waits_per_principal: int = 64
     # mediator serve: worker processes on one listening socket (docs/performance.md P1)
     workers: int = field(default_factory=cpu_count)
     # fair under floods (docs/security.md): a submit that would queue past either cap is 429

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -334,3 +335,64 @@ def test_each_server_keeps_its_metrics_in_a_private_directory_it_removes(dsn, tm
     finally:
         for server in servers:
             server.process.stop()
+
+
+def test_a_held_work_poll_is_woken_in_whichever_worker_holds_it(dsn, tmp_path):
+    """Each worker has its own LISTEN connection and its own held polls (docs/design.md §19
+    "The wake of a waiting node"): a run submitted through any worker answers a poll held by
+    any other. One keep-alive connection per worker is found with /healthz, then each holds its
+    node's long poll on that very connection."""
+    server = start_server(dsn, tmp_path, "--workers", "2")
+    by_worker: dict[str, httpx.Client] = {}
+    try:
+        deadline = time.monotonic() + 30
+        while len(by_worker) < 2:
+            assert time.monotonic() < deadline, f"only {set(by_worker)} answered"
+            c = httpx.Client(base_url=server.url, timeout=60)
+            worker = c.get("/healthz").headers["X-Mediator-Worker"]
+            if worker in by_worker:
+                c.close()
+            else:
+                by_worker[worker] = c
+        node_of = {w: f"n{i}" for i, w in enumerate(sorted(by_worker))}
+        answers: dict[str, httpx.Response] = {}
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            for node in node_of.values():
+                advert = {"node_id": node, "label": "", "capabilities": {"board": node},
+                          "instance": "i1", "policy": {"drain": ""}}  # fmt: skip
+                assert http.post("/v1/nodes", json=advert).status_code == 200
+
+            def hold(worker: str) -> None:
+                answers[worker] = by_worker[worker].get(
+                    f"/v1/nodes/{node_of[worker]}/work", params={"wait": 25}
+                )
+
+            threads = [threading.Thread(target=hold, args=(w,)) for w in by_worker]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 30
+            while _metric(http, "mediator_work_polls_held") < 2:  # summed over the workers
+                assert time.monotonic() < deadline, "the polls were not held"
+                time.sleep(0.05)  # polling a condition with a deadline
+            for node in node_of.values():
+                step = {"name": "s", "role": "dut", "with": {"cmd": "true"}}
+                run = {"run_id": f"for-{node}", "roles": {"dut": {"board": node}}, "steps": [step]}
+                assert http.post("/v1/runs", json=run).status_code == 201
+            for t in threads:
+                t.join(timeout=60)
+            for worker, r in answers.items():
+                assert r.headers["X-Mediator-Worker"] == worker  # held where it was sent
+                assert [s["run_id"] for s in r.json()["steps"]] == [f"for-{node_of[worker]}"]
+            assert _metric(http, 'mediator_work_polls_total{answer="woken"}') == 2
+            assert _metric(http, 'mediator_work_polls_total{answer="waited"}') == 0
+    finally:
+        for c in by_worker.values():
+            c.close()
+        assert server.process.stop(timeout=30) == 0
+
+
+def _metric(http: httpx.Client, name: str) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from mediator.api.deps import Caller, Med, NodeCaller, Waits, as_node
+from mediator.api.deps import WORKER, Caller, Med, NodeCaller, Waits, as_node
 from mediator.api.responses import FastJSON
 from mediator.api.schemas import (
     ID_PATTERN,
@@ -61,7 +61,8 @@ async def get_work(
     if wait is None:
         return FastJSON({"steps": await run_in_threadpool(read)})
     steps, granted = await waits.poll(node_id, p.name, wait, read, request.receive)
-    return FastJSON({"steps": steps}, headers={WAIT_HEADER: f"{granted:g}"})
+    # Which worker held it (serve --workers): the wake must reach each (docs/design.md §19).
+    return FastJSON({"steps": steps}, headers={WAIT_HEADER: f"{granted:g}", **WORKER})
 
 
 # 11 -- fleet, paged like the runs (docs/design.md §19): follow `next` as `after`
