@@ -8,8 +8,9 @@ What runs:
 
 * **mediator** — ``mediator serve --workers 1`` on an embedded PostgreSQL (tmpfs, ``fsync=off``:
   the test and bench cluster, not a durable one) with ``--nodes`` real ``enode`` processes
-  (capabilities ``{"pool": "bench"}``, ``--poll`` seconds between work polls, default 1) and one
-  more enode (``{"pool": "busy"}``) held by a run that never ends, which the queued runs wait for.
+  (capabilities ``{"pool": "bench"}``; idle, each holds a long poll the server answers when it
+  has work, and ``--poll`` is its pace only against a server that holds none) and one more
+  enode (``{"pool": "busy"}``) held by a run that never ends, which the queued runs wait for.
   A measured run is one ``shell`` step: it notes its start time, blocks on a FIFO the bench
   writes to release it, and notes its end time.
 * **slurm** — ``munged``, ``slurmctld`` and ``slurmd`` from the system's packages (Debian's
@@ -30,12 +31,15 @@ resource, which no measured item can use):
 
 * submit throughput, 1 and 4 client processes (Mediator: HTTP POSTs; Slurm: ``sbatch`` runs;
   labgrid: CreateReservation calls) of items that queue;
-* submit → start on an idle node: from the submit call to the step's (job's) first command;
+* submit → start on an idle node: from the submit call to the step's (job's) first command
+  (``--settle S``: after S seconds of quiet, so the node is idle rather than just back from the
+  previous sample's result);
 * release → next start: every node busy, one more item queued; from the end of a running item's
   last command to the queued item's first command;
 
 and, once, idle CPU: % of one core each peer's processes used over ``--idle`` seconds with nothing
-submitted, read from ``/proc/PID/stat`` (nodes connected: the enodes poll, slurmd waits).
+submitted, read from ``/proc/PID/stat`` (nodes connected: the enodes wait in held polls and
+advertise, slurmd waits).
 
 Install the peers first (root, Debian): ``apt-get install -y slurm-wlm munge`` (labgrid installs
 itself into ``.bench/labgrid-venv`` from PyPI on the first run). A peer that cannot be installed
@@ -121,6 +125,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="the enodes' --poll seconds (default: 1, the enode's default)",
+    )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds of quiet before each submit → start sample (default: 0). The sample "
+        "before ends with the node's result, after which an enode polls at once: without a "
+        "pause a submit often meets that poll, and the figure misses the idle node's wait",
     )
     ap.add_argument(
         "--quick",
@@ -800,6 +812,12 @@ def idle_cpu(peers: list[Any], seconds: float) -> dict[str, dict[str, float]]:
     return out
 
 
+def settled(peer: Any, seconds: float) -> float:
+    """``peer.submit_to_start()`` after ``seconds`` of nothing happening (``--settle``)."""
+    time.sleep(seconds)
+    return float(peer.submit_to_start())
+
+
 def alternate(peers: list[Any], samples: int, what: Callable[[Any], float]) -> dict[str, float]:
     """``samples`` rounds, every peer once a round, the order rotating each round; medians."""
     got: dict[str, list[float]] = {p.name: [] for p in peers}
@@ -893,7 +911,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             log(notes[-1])
                     load = f"depth {depth}, load {os.getloadavg()[0]:.1f}"
                     for name, fn in (
-                        ("submit → start, idle node", lambda p: p.submit_to_start()),
+                        ("submit → start, idle node", lambda p: settled(p, args.settle)),
                         ("release → next start", lambda p: p.release_to_next()),
                     ):
                         log(f"depth {depth}: {name}")

@@ -251,6 +251,7 @@ class Daemon:
         Raises:
             DaemonError: The server refused the advert for good.
         """
+        self._poll_again = False  # set again only by this tick's held poll
         if self.finished:
             return False
         self._read_drain_file()
@@ -295,7 +296,6 @@ class Daemon:
         Raises:
             _NotNow: :meth:`stop` or :meth:`set_drain` ended the held poll (the next tick acts).
         """
-        self._poll_again = False
         wait = min(self.long_poll, self._advert_due_in())
         if stopping or self._wake_r is None or wait < _MIN_LONG_POLL:
             return self.client.work(self.node_id)
@@ -305,7 +305,9 @@ class Daemon:
                 self.node_id, wait, Interrupt(self._wake_r, self._drain_check)
             )
         except Interrupted:
-            self._drain_wake()  # the flags it announced are set already: the next tick reads them
+            # The flags it announced are set already: the next tick, at once, reads them.
+            self._drain_wake()
+            self._poll_again = True
             raise _NotNow from None
         if not steps and granted:
             # Held, and nothing came: ask again at once — unless it came back well before its
