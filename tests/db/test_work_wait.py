@@ -254,7 +254,7 @@ def test_a_wait_that_is_not_a_number_of_seconds_is_400_naming_it(
     med.advert("X", BOARD, "i1")
     r = httpx.get(f"{url}/v1/nodes/X/work", params={"wait": wait}, timeout=10)
     assert r.status_code == 400, r.text
-    assert r.json()["error"]["field"] == "wait"
+    assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("invalid_request", "wait")
 
 
 def test_a_wait_past_the_servers_limit_is_capped_and_a_node_with_work_is_answered_at_once(
