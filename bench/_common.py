@@ -7,15 +7,35 @@ figures from different runs or machines are never divided.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from mediator.pg import EmbeddedPostgres
 
 READY = re.compile(r"serving on (http://\S+)")
+
+
+@contextlib.contextmanager
+def durable_or_ephemeral(durable: bool) -> Iterator[EmbeddedPostgres]:
+    """The cluster both measurements share: persistent on the disk (fsync on) or tmpfs."""
+    if not durable:
+        with EmbeddedPostgres() as pg:
+            yield pg
+        return
+    folder = tempfile.mkdtemp(prefix="mediator-bench-", dir="/var/tmp")
+    os.chmod(folder, 0o755)  # the server's unprivileged account enters it when we are root
+    try:
+        with EmbeddedPostgres(data_dir=os.path.join(folder, "pg")) as pg:
+            yield pg
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pgbench_tps(pg: EmbeddedPostgres, seconds: int, clients: int = 2) -> float:

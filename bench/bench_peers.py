@@ -7,7 +7,8 @@ side mean anything (docs/performance.md "Beside its peers").
 What runs:
 
 * **mediator** — ``mediator serve --workers 1`` on an embedded PostgreSQL (tmpfs, ``fsync=off``:
-  the test and bench cluster, not a durable one) with ``--nodes`` real ``enode`` processes
+  the test and bench cluster; ``--durable`` runs it as ``mediator serve --data DIR`` does, on the
+  disk with PostgreSQL's durable defaults) with ``--nodes`` real ``enode`` processes
   (capabilities ``{"pool": "bench"}``; idle, each holds a long poll the server answers when it
   has work, and ``--poll`` is its pace only against a server that holds none) and one more
   enode (``{"pool": "busy"}``) held by a run that never ends, which the queued runs wait for.
@@ -125,6 +126,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=1.0,
         help="the enodes' --poll seconds (default: 1, the enode's default)",
+    )
+    ap.add_argument(
+        "--durable",
+        action="store_true",
+        help="run the Mediator's cluster as `mediator serve --data DIR` does: on the disk, fsync "
+        "on (default: tmpfs, fsync off, as the tests)",
     )
     ap.add_argument(
         "--settle",
@@ -272,6 +279,12 @@ class Marks:
 
 # ---- the client processes that submit ----------------------------------------------------------
 
+# What a throughput client submits: a run for the busy pool, so it queues and never starts.
+QUEUED_CONTRACT: dict[str, Any] = {
+    "roles": {"dut": {"pool": "busy"}},
+    "steps": [{"name": "s", "role": "dut", "uses": "shell", "with": {"cmd": "true"}}],
+}
+
 
 def client_main(kind: str, target: str, count: int, out: str, start_at: float) -> None:
     """One submitting client (a process of its own): ``count`` submits of queued items, from
@@ -279,10 +292,7 @@ def client_main(kind: str, target: str, count: int, out: str, start_at: float) -
     if kind == "mediator":
         import httpx
 
-        contract = {
-            "roles": {"dut": {"pool": "busy"}},
-            "steps": [{"name": "s", "role": "dut", "with": {"cmd": "true"}}],
-        }
+        contract = QUEUED_CONTRACT
         with httpx.Client(base_url=target, timeout=60) as http:
             http.get("/healthz")
             time.sleep(max(0.0, start_at - time.time()))
@@ -362,12 +372,11 @@ class MediatorPeer:
 
     def start(self) -> None:
         sys.path.insert(0, str(ROOT / "bench"))
-        from _common import start_server
+        from _common import durable_or_ephemeral, start_server
 
-        from mediator.pg import EmbeddedPostgres
-
-        self.pg = EmbeddedPostgres()
-        self.pg.__enter__()
+        # --durable: the cluster `mediator serve --data DIR` runs (fsync on, on the disk)
+        self._cluster = durable_or_ephemeral(self.args.durable)
+        self.pg = self._cluster.__enter__()
         self.pg.ensure_database("peers")
         (self.work / "m").mkdir()
         os.chmod(self.work / "m", 0o755)
@@ -496,7 +505,7 @@ class MediatorPeer:
                 p.kill()
         self.server.terminate()
         self.server.wait(timeout=60)
-        self.pg.__exit__(None, None, None)
+        self._cluster.__exit__(None, None, None)
 
 
 def _slurm_conf(d: Path, nodes: int, extra: dict[str, str], ports: tuple[int, int]) -> str:

@@ -27,7 +27,6 @@ Run: ``.venv/bin/python bench/bench_submit.py [--time 10] [--nodes 3000] [--work
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import subprocess
@@ -35,17 +34,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import pgbench_tps, ratio_line, stop_server
+from _common import durable_or_ephemeral, pgbench_tps, ratio_line, stop_server
 from _common import start_server as _start
 
 from mediator import Config, Mediator
-from mediator.pg import EmbeddedPostgres
 
 __all__ = ["free_everything", "pgbench_tps", "start_server", "submit_round"]
 
@@ -175,22 +172,6 @@ def _spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
          "--output", f"{out}.txt", "--threads", "--idle"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-
-
-@contextlib.contextmanager
-def durable_or_ephemeral(durable: bool) -> Iterator[EmbeddedPostgres]:
-    """The cluster both measurements share: persistent on the disk (fsync on) or tmpfs."""
-    if not durable:
-        with EmbeddedPostgres() as pg:
-            yield pg
-        return
-    folder = tempfile.mkdtemp(prefix="mediator-bench-", dir="/var/tmp")
-    os.chmod(folder, 0o755)  # the server's unprivileged account enters it when we are root
-    try:
-        with EmbeddedPostgres(data_dir=os.path.join(folder, "pg")) as pg:
-            yield pg
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def compare_stacks(

@@ -71,3 +71,12 @@ def test_a_figure_below_ten_milliseconds_keeps_a_decimal() -> None:
     assert table.splitlines()[-1] == (
         "| submit → start, idle node | depth 0 | 12 ms | 3.7 ms (M 0.30×) |"
     )
+
+
+def test_what_the_throughput_clients_submit_is_a_contract_the_mediator_accepts() -> None:
+    """Submitted 200 times per figure: a contract the Mediator refuses made every throughput
+    figure "a client failed" (its step once had no command)."""
+    from mediator.core.contract import parse
+
+    contract = parse(bench.QUEUED_CONTRACT)
+    assert [s.name for s in contract.steps] == ["s"]

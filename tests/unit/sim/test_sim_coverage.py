@@ -13,12 +13,14 @@ count on the reference model: the mean's and the p95's intervals must cover Erla
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import pytest
 
 from sim.analysis import mmc_wait_quantile, mmc_wq
 from sim.brokers.model import replicate, run_model
 from sim.inputs import scenarios as S
+from tests.untraced import traced_once
 
 # scripts/test --fast leaves it out: hundreds of model replications
 pytestmark = pytest.mark.slow
@@ -32,14 +34,20 @@ def coverage(rho: float, seeds: int) -> tuple[float, float, str]:
     scenario = S.steady(nodes=C, arrival_rate=lam, service_rate=MU, seed=2026)  # default runs
     mean_in = p95_in = 0
     method = ""
-    for result in replicate(scenario, seeds, partial(run_model, record_events=False)):
-        s = result.summary()
+    # each seed repeats the same code: traced once, the rest untraced (tests/untraced.py)
+    run, summary = traced_once(partial(run_model, record_events=False)), traced_once(_summary)
+    for result in replicate(scenario, seeds, run):
+        s = summary(result)
         mean_in += s["wait_mean_ci"].contains(truth_mean)
         p95_in += s["wait_p95_ci"].contains(truth_p95)
         # The estimate always lies inside its own interval (notebook 04 printed one outside).
         assert all(s[k].contains(s[k].estimate) for k in ("wait_p50_ci", "wait_p99_ci"))
         method = s["interval_method"]
     return mean_in / seeds, p95_in / seeds, method
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    return result.summary()
 
 
 @pytest.mark.parametrize(("rho", "seeds", "required"), [(2 / 3, 120, 0.90), (0.9, 80, 0.85)])

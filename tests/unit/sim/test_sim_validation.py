@@ -15,6 +15,7 @@ import pytest
 from sim.analysis import erlang_c, littles_law, mean_ci, mmc_wq, warmup_cut
 from sim.brokers.model import replicate, run_model
 from sim.inputs import scenarios as S
+from tests.untraced import traced_once
 
 # scripts/test --fast leaves it out: long model runs against Erlang C
 pytestmark = pytest.mark.slow
@@ -32,7 +33,8 @@ def test_steady_agrees_with_erlang_c(c: int, rho: float, runs: int, reps: int) -
     mu = 0.1
     lam = rho * c * mu
     scenario = S.steady(nodes=c, arrival_rate=lam, service_rate=mu, runs=runs, seed=11)
-    results = replicate(scenario, reps, partial(run_model, record_events=False))
+    # the replications repeat the same code: traced once, the rest untraced (tests/untraced.py)
+    results = replicate(scenario, reps, traced_once(partial(run_model, record_events=False)))
     waits = [warmup_cut(r.runs)["wait_s"].to_numpy() for r in results]
     wq = mean_ci([w.mean() for w in waits], conf=0.99)
     p_wait = mean_ci([(w > 0).mean() for w in waits], conf=0.99)

@@ -1,0 +1,51 @@
+"""Coverage's tracer paused for repetitions of code a test has already run once.
+
+The statistical tests run the same pure-Python model hundreds of times (seeds, replications).
+Under coverage's tracer each pass costs about 2.6 times its CPU (docs/performance.md "Test suite
+time"), while coverage needs a line run only once. So these tests run their first repetition
+traced and the rest untraced: the same lines are covered, the same assertions made, on the same
+results; only the tracer's cost of the repeats is gone. Without coverage (``scripts/test
+--fast``, a plain ``pytest``) nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+import coverage
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """Pause this process's coverage measurement for the block, if one is running."""
+    cov = coverage.Coverage.current()
+    if cov is None:
+        yield
+        return
+    cov.stop()
+    try:
+        yield
+    finally:
+        cov.start()
+
+
+def traced_once(fn: Callable[P, T]) -> Callable[P, T]:
+    """`fn`, traced on its first call only: every later call runs with coverage paused."""
+    calls = 0
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            return fn(*args, **kwargs)
+        with untraced():
+            return fn(*args, **kwargs)
+
+    return wrapper
