@@ -282,3 +282,27 @@ def test_enode_survives_a_server_that_is_no_mediator(
     assert code == 0 and "Traceback" not in text, text[-2000:]
     assert "did not answer as a Mediator" in text
     assert peak_kb < 200 * 1024, peak_kb  # the interpreter and httpx, plus at most 16 MiB
+
+
+@pytest.mark.parametrize("held", ["25", "nan", "-1", "soon"])
+def test_enode_does_not_spin_on_a_server_that_claims_to_hold_its_poll_but_answers_at_once(
+    hostile: Hostile, tmp_path: Path, held: str
+) -> None:
+    """docs/design.md §19 "The wake of a waiting node": after an empty held answer the node asks
+    again at once — unless the answer came back well before its time, which no Mediator holding
+    the poll does. A server that says ``X-Mediator-Wait: 25`` (or nonsense) and answers at once
+    is polled at ``--poll`` pace, not in a tight loop: with adverts every second (TTL 3 s) and
+    ``--poll 0.5``, a few polls per advert."""
+    hostile.routes["POST /v1/nodes"] = json_answer('{"advert_ttl_seconds": 3}')
+    hostile.routes["/v1/nodes/n1/work"] = lambda: (
+        200, {"Content-Type": "application/json", "X-Mediator-Wait": held}, b'{"steps": []}'
+    )  # fmt: skip
+    hostile.routes["GET /v1/nodes"] = json_answer('{"nodes": []}')
+    node = enode(hostile, tmp_path, "--poll", "0.5")
+    try:
+        wait_until(lambda: hostile.seen["POST /v1/nodes"] >= 6, "six adverts")
+        adverts, polls = hostile.seen["POST /v1/nodes"], hostile.seen["GET /v1/nodes/n1/work"]
+    finally:
+        assert node.stop() == 0
+    assert polls <= 5 * adverts, (adverts, polls)
+    assert "Traceback" not in "".join(node.output)
