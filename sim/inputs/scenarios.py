@@ -800,7 +800,7 @@ FIELD_HELP: dict[str, str] = {
     "max_width": "most nodes one run may hold",
     "max_attempts": "attempts of a step before it fails",
     "wake_on_return": "wake the queue when a vanished node returns (wake 7)",
-    "claim_latency_s": "seconds between a node's lease and its first claim (the fleet's)",
+    "claim_latency_s": "seconds between a node's lease and its first claim",
 }
 
 
