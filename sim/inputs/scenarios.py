@@ -562,7 +562,7 @@ class Settings:
         try:
             return Config(**values, **extra)
         except ConfigError as e:
-            raise ScenarioError(str(e)) from None
+            raise ScenarioError(e.message) from None
 
 
 @dataclass(frozen=True)
