@@ -106,8 +106,12 @@ RULES = (
          ("sim", "mediator")),
     Rule("sim/platform/* imports neither broker nor mediator", ("sim/platform/*.py",),
          ("mediator", "sim.brokers", "sim.studies", "sim.outputs")),
-    Rule("sim/inputs/* imports nothing of mediator nor of the simulation", ("sim/inputs/*.py",),
-         ("mediator", "sim.platform", "sim.brokers", "sim.studies", "sim.outputs")),
+    # design.md §20: a scenario's settings are the Mediator's own (names, defaults, ranges and
+    # their one check, `Config.validate`), so inputs may import `Config` and nothing else of it
+    Rule("sim/inputs/* imports nothing of mediator but its Config, nor of the simulation",
+         ("sim/inputs/*.py",),
+         ("mediator", "sim.platform", "sim.brokers", "sim.studies", "sim.outputs"),
+         allowed=("mediator", "mediator.Config", "mediator.ConfigError")),
 )  # fmt: skip
 
 
