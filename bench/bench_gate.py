@@ -5,7 +5,7 @@ Baseline measured in the same run: the same check one case at a time (``--jobs 1
 default (one case per core). Besides wall time it prints the CPU seconds spent — this process, its
 workers and the PostgreSQL server's backends — and the load average, because on a shared machine
 the wall time says as much about the neighbours as about the gate: CPU seconds ÷ cores is what the
-check needs on an idle machine. Target: ≤ 120 s.
+check needs on an idle machine. Target: ≤ 60 s.
 
 Run: ``.venv/bin/python bench/bench_gate.py [--baseline sim-baseline] [--jobs N]``.
 """
@@ -68,7 +68,7 @@ def main() -> None:
     base_wall, base_cpu, _ = measure(Path(args.baseline), 1, url)
     wall, cpu, _ = measure(Path(args.baseline), args.jobs, url)
     cores = os.cpu_count() or 1
-    print(f"gate, jobs={args.jobs}: {wall:.1f} s wall (target ≤ 120 s); CPU {cpu:.1f} s, i.e. "
+    print(f"gate, jobs={args.jobs}: {wall:.1f} s wall (target ≤ 60 s); CPU {cpu:.1f} s, i.e. "
           f"≈ {cpu / min(cores, args.jobs):.0f} s on an idle machine")  # fmt: skip
     print(f"baseline, jobs=1: {base_wall:.1f} s wall; CPU {base_cpu:.1f} s")
 

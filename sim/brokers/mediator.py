@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mediator import Config, Conflict, Mediator, Outcome
+from mediator import Conflict, Mediator, Outcome
 from mediator.core.match import Advert, Assignment, match
 from mediator.databases import create_database
 from mediator.pg import EmbeddedPostgres
@@ -382,14 +382,7 @@ def simulate(
     """Run the engine; returns the plan, its output, the (still open) Mediator and records dir."""
     plan = scenario if isinstance(scenario, Plan) else materialize(scenario)
     st = plan.scenario.settings
-    config = Config(
-        lease_ttl_seconds=st.lease_ttl_s,
-        renew_seconds=st.renew_s,
-        advert_ttl_seconds=st.advert_ttl_s,
-        max_width=st.max_width,
-        max_attempts=st.max_attempts,
-        wake_on_return=st.wake_on_return,
-    )
+    config = st.config()  # the settings are Config's own fields, by name
     clock = VirtualClock()
     dsn = fresh_database(database_url, template)
     parent = "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -41,7 +41,7 @@ What it implements (docs/design.md §1–3, §5–7, rule ids from seed 000):
   start: the queue is empty then.) No other call wakes — an extra wake is observable: it would
   end a stuck interval early.
 - leases (§7.5): renewed by the node's adverts; expire when `not_after <= now`; the reaper runs
-  at k·renew_s (the loop's timer, `sim.platform.driver`); a lost run's open steps are SKIPPED.
+  at k·renew_seconds (the loop's timer, `sim.platform.driver`); a lost run's open steps are SKIPPED.
   Restart detection: an advert with a new instance whose lease belongs to an ended run frees it;
   else it loses the run if a step of it on this node has an attempt under the lease's instance
   (`attempt > 0 and instance == old`, a rolled-back step included), else rebinds the lease. A
@@ -308,8 +308,8 @@ class Model:
     def __init__(self, plan: Plan, *, record_events: bool = True) -> None:
         st = plan.scenario.settings
         self.plan = plan
-        self.lease_ttl = to_us(st.lease_ttl_s)
-        self.advert_ttl = to_us(st.advert_ttl_s)
+        self.lease_ttl = to_us(st.lease_ttl_seconds)
+        self.advert_ttl = to_us(st.advert_ttl_seconds)
         self.max_width = st.max_width
         self.max_attempts = st.max_attempts
         self.wake_on_return = st.wake_on_return

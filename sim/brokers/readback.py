@@ -119,7 +119,7 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> Result:
     leases = frame(lease_rows, ("node_id", "run_id", "granted_at", "released_at"),
                    ("granted_at", "released_at"))  # fmt: skip
     counts = dict(out.counts)
-    counts["reaper_ticks"] = int(out.end_us // max(1, round(sc.settings.renew_s * US)))
+    counts["reaper_ticks"] = int(out.end_us // max(1, round(sc.settings.renew_seconds * US)))
     version = med.query("SELECT current_setting('server_version') AS v")[0]["v"]
 
     manifest = {

@@ -28,6 +28,7 @@ import math
 import numbers
 import re
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 
+from mediator import Config, ConfigError
 from sim.analysis import runs_for_load
 
 # ---------------------------------------------------------------------------------------------
@@ -236,12 +238,29 @@ class RandomEvents:
 
 @dataclass(frozen=True)
 class Fleet:
-    """Node groups, their heartbeat interval and what happens to them over time."""
+    """Node groups, their heartbeat interval, how long a node takes to claim, and what happens to
+    them over time.
+
+    `claim_latency_s` is the fleet's, not the Mediator's: a node told "claimable" claims at once
+    with 0, else that many seconds later (`sim.platform.driver`).
+    """
 
     groups: tuple[NodeGroup, ...]
     advert_interval_s: float = 10.0
     events: tuple[FleetEvent, ...] = ()
     random: tuple[RandomEvents, ...] = ()
+    claim_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        lat = self.claim_latency_s
+        _check(
+            isinstance(lat, numbers.Real) and not isinstance(lat, bool | np.bool_),
+            f"fleet.claim_latency_s is a number, not {lat!r}",
+        )
+        _check(
+            math.isfinite(lat) and lat >= 0,
+            f"fleet.claim_latency_s {lat!r} must be a finite number of seconds >= 0",
+        )
 
     def nodes(self) -> list[NodeSpec]:
         """Every node, in node_id order; raises if two groups produce the same id."""
@@ -441,17 +460,80 @@ class Workload:
             raise ScenarioError("template names must be distinct")
 
 
+#: Old names of settings, read for one release (in a scenario file, a manifest, `--set`), each
+#: with one `RenamedSetting` line naming the new one: the settings took the Mediator's names
+#: (`mediator.Config`), and the claim latency, which describes the fleet, moved to it.
+RENAMED: dict[str, str] = {
+    "settings.lease_ttl_s": "settings.lease_ttl_seconds",
+    "settings.renew_s": "settings.renew_seconds",
+    "settings.advert_ttl_s": "settings.advert_ttl_seconds",
+    "settings.claim_latency_s": "fleet.claim_latency_s",
+}
+#: The same for the short names of `ALIASES` (`--set lease_ttl_s=…`).
+RENAMED_SHORT: dict[str, str] = {
+    "lease_ttl_s": "lease_ttl_seconds",
+    "renew_s": "renew_seconds",
+    "advert_ttl_s": "advert_ttl_seconds",
+}
+
+
+class RenamedSetting(FutureWarning):
+    """A scenario used an old setting name (`RENAMED`); it is read under its new name."""
+
+
+_WARNED: dict[Any, Any] = {}  # the warnings' registry: each old name once per process
+
+
+def _renamed(old: str, new: str) -> str:
+    """`new`, after one line on stderr saying `old` is its old name (once per process)."""
+    # warn_explicit with no source file: the warning is one line (no source line echoed)
+    warnings.warn_explicit(
+        f"{old} is now {new}; the old name is read until the next release",
+        RenamedSetting,
+        "scenario",
+        0,
+        module="sim.inputs.scenarios",
+        registry=_WARNED,
+    )
+    return new
+
+
+def _upgrade(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A scenario dict with the old setting names (`RENAMED`) read under their new ones."""
+    settings = d.get("settings")
+    if not isinstance(settings, Mapping):
+        return d
+    prefix = "settings."
+    old_keys = [k for k in settings if prefix + k in RENAMED]
+    if not old_keys:
+        return d
+    out, settings = dict(d), dict(settings)
+    fleet = dict(out.get("fleet") or {})
+    for key in old_keys:
+        new = RENAMED[prefix + key]
+        table, _, name = new.partition(".")
+        target = settings if table == "settings" else fleet
+        if name in target:
+            raise ScenarioError(f"{prefix}{key} and {new} are one setting: keep {new}")
+        target[name] = settings.pop(key)
+        _renamed(prefix + key, new)
+    out["settings"], out["fleet"] = settings, fleet
+    return out
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Mediator settings a simulation runs with (design.md §16), plus the node claim latency."""
+    """The Mediator's settings a simulation runs with (design.md §16): the fields of
+    `mediator.Config` that shape scheduling, with its names and defaults, checked by its own
+    `Config.validate` (the same ranges, and the same one-line message the server gives).
+    `config()` is the Mediator's `Config` for them, built by field name."""
 
-    lease_ttl_s: float = 60.0
-    renew_s: float = 10.0
-    advert_ttl_s: float = 30.0
+    lease_ttl_seconds: float = 60.0
+    renew_seconds: float = 10.0
+    advert_ttl_seconds: float = 30.0
     max_width: int = 4
     max_attempts: int = 3
     wake_on_return: bool = True
-    claim_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         # issue 29 §8: `--set settings.wake_on_return=maybe` once reached the Mediator's config
@@ -468,6 +550,19 @@ class Settings:
                     isinstance(value, numbers.Real) and not is_bool,
                     f"settings.{f.name} is a number, not {value!r}",
                 )
+            if isinstance(value, np.generic):  # the Mediator takes Python's own numbers
+                object.__setattr__(self, f.name, value.item())
+        self.config()  # the Mediator's ranges, and its message
+
+    def config(self, **extra: Any) -> Config:
+        """The Mediator's `Config` for these settings (every field by its name), plus `extra`
+        (`database_url`, …); a value the Mediator refuses is a one-line `ScenarioError` with the
+        server's own message."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        try:
+            return Config(**values, **extra)
+        except ConfigError as e:
+            raise ScenarioError(e.message) from None
 
 
 @dataclass(frozen=True)
@@ -511,14 +606,11 @@ class Scenario:
             raise ScenarioError(f"scenario {self.name!r}: set horizon_runs or horizon_s")
         # A live node must stay live and keep its lease between two of its own adverts,
         # otherwise heartbeats alone would expire nodes and reap healthy runs.
-        if not (0 < interval < st.advert_ttl_s and interval < st.lease_ttl_s):
+        if not (0 < interval < st.advert_ttl_seconds and interval < st.lease_ttl_seconds):
             raise ScenarioError(
                 f"scenario {self.name!r}: advert_interval_s ({interval}) must be below "
-                f"advert_ttl_s ({st.advert_ttl_s}) and lease_ttl_s ({st.lease_ttl_s})"
-            )
-        if st.renew_s <= 0 or st.max_width < 1 or st.max_attempts < 1:
-            raise ScenarioError(
-                f"scenario {self.name!r}: renew_s > 0, max_width >= 1, max_attempts >= 1"
+                f"advert_ttl_seconds ({st.advert_ttl_seconds}) and lease_ttl_seconds "
+                f"({st.lease_ttl_seconds})"
             )
         ids = {n.node_id for n in self.fleet.nodes()}
         for ev in self.fleet.events:
@@ -608,6 +700,7 @@ ALIASES: dict[str, str] = {
     "arrival_rate": "workload.arrivals.rate",
     "nodes": "fleet.groups.0.count",
     "advert_interval_s": "fleet.advert_interval_s",
+    "claim_latency_s": "fleet.claim_latency_s",
     **{f.name: f"settings.{f.name}" for f in dataclasses.fields(Settings)},
 }
 
@@ -629,6 +722,10 @@ def _resolve(key: str, d: Mapping[str, Any], paths: set[str]) -> str:
         return key
     if key in ALIASES and ALIASES[key] in paths:
         return ALIASES[key]
+    if key in RENAMED:  # an old name, read for one release
+        return _resolve(_renamed(key, RENAMED[key]), d, paths)
+    if key in RENAMED_SHORT:
+        return _resolve(_renamed(key, RENAMED_SHORT[key]), d, paths)
     parent = key.rpartition(".")[0]
     if (parent in paths and parent.rpartition(".")[2] in ("capabilities", "roles")) or (
         parent in paths and ".roles." in f".{parent}"
@@ -697,9 +794,9 @@ FIELD_HELP: dict[str, str] = {
     "ok_p": "probability the answer is ok",
     "weight": "the template's share of arrivals (relative)",
     "settings": "the Mediator's settings",
-    "lease_ttl_s": "a lease expires this long after its node's last renewal",
-    "renew_s": "the reaper runs every this many seconds",
-    "advert_ttl_s": "a node is live this long after its last advert",
+    "lease_ttl_seconds": "a lease expires this long after its node's last renewal",
+    "renew_seconds": "the reaper runs every this many seconds",
+    "advert_ttl_seconds": "a node is live this long after its last advert",
     "max_width": "most nodes one run may hold",
     "max_attempts": "attempts of a step before it fails",
     "wake_on_return": "wake the queue when a vanished node returns (wake 7)",
@@ -806,6 +903,7 @@ def _step_from(d: Mapping[str, Any]) -> StepSpec:
 
 
 def _scenario_from(d: Mapping[str, Any]) -> Scenario:
+    d = _upgrade(d)
     fl = dict(d["fleet"])
     fleet = Fleet(
         groups=tuple(
@@ -895,7 +993,7 @@ def _dump_toml(d: Mapping[str, Any]) -> str:
 
 #: Coarse heartbeats (every 30 min) where no node vanishes: adverts stay a few per cent of calls.
 COARSE_INTERVAL_S = 1800.0
-COARSE_SETTINGS = Settings(lease_ttl_s=7200.0, renew_s=600.0, advert_ttl_s=5400.0)
+COARSE_SETTINGS = Settings(lease_ttl_seconds=7200.0, renew_seconds=600.0, advert_ttl_seconds=5400.0)
 #: Fine heartbeats (the Mediator defaults) where vanishing or draining nodes are the subject.
 FINE_SETTINGS = Settings()
 
@@ -1129,7 +1227,7 @@ def drain(
         name="drain",
         fleet=Fleet((NodeGroup(nodes, needs),), advert_interval_s=300.0, events=events),
         workload=Workload(Poisson(arrival_rate), (tpl,)),
-        settings=Settings(lease_ttl_s=1800.0, renew_s=300.0, advert_ttl_s=900.0),
+        settings=Settings(lease_ttl_seconds=1800.0, renew_seconds=300.0, advert_ttl_seconds=900.0),
         horizon_runs=runs,
         seed=seed,
         description="graceful and at-boundary drains and undrains (wake 6)",
@@ -1258,7 +1356,9 @@ def trace(
             Trace(path, format, time_scale, duration_scale),
             (_one_step("trace", needs, Constant(0.0)),),
         ),
-        settings=Settings(lease_ttl_s=57600.0, renew_s=3600.0, advert_ttl_s=43200.0),
+        settings=Settings(
+            lease_ttl_seconds=57600.0, renew_seconds=3600.0, advert_ttl_seconds=43200.0
+        ),
         horizon_runs=runs,
         seed=seed,
         description="trace replay on identical nodes: FIFO G/G/c",

@@ -25,9 +25,9 @@ fleet when it changed:
 - the fleet's history becomes fleet events: `drain_set`/`drain_lifted` → `drain`/`undrain`,
   `restarted` → `restart`, `capabilities_changed` → `caps`, `appeared` and `returned` →
   `return` (a node first seen later starts dark), and an expiry at `E` (an `expired` row, or a
-  `returned` row's `gone_at`) → `vanish` one µs after the later of `E − advert_ttl_s` (its last
-  advert) and the node's last claim or result before `E`, so the replay's advert expires at `E`
-  too;
+  `returned` row's `gone_at`) → `vanish` one µs after the later of `E − advert_ttl_seconds`
+  (its last advert) and the node's last claim or result before `E`, so the replay's advert
+  expires at `E` too;
 - a run cancelled while running ends at its cancel instant: its attempt in flight then fails, and
   an ask open then is answered not ok.
 
@@ -41,7 +41,7 @@ still going at the window's end stop with it (`horizon_s`).
 
 What a replay cannot know, and so takes from its scenario: the Mediator's settings (TTLs,
 `max_width`, `wake_on_return`) and the nodes' heartbeat interval — pass the lab's to `load`. The
-reaper runs on the replay's grid (every `renew_s` from 0): where the lab's reaper passes fell
+reaper runs on the replay's grid (every `renew_seconds` from 0): where the lab's reaper passes fell
 elsewhere, a release by the reaper can land at another instant.
 """
 
@@ -229,7 +229,7 @@ def load(
     if not 0 <= from_s < window:
         raise TwinError(f"from_s {from_s} must be within the window [0, {window})")
     st = settings or Settings()
-    interval = advert_interval_s if advert_interval_s is not None else st.advert_ttl_s / 3
+    interval = advert_interval_s if advert_interval_s is not None else st.advert_ttl_seconds / 3
     nodes, _ = _fleet(folder, from_s)
     by_class: dict[str, list[str]] = defaultdict(list)
     caps_of: dict[str, dict[str, Any]] = {}
@@ -574,7 +574,7 @@ def plan_parts(scenario: Scenario) -> Parts:
     runs = _runs(folder)
     states = [(run, _state_at(run, t0)) for run in runs]
     kept = [(run, s) for run, s in states if s is not None]
-    _, events = _fleet_events(folder, t0, runs, ids, st.advert_ttl_s)
+    _, events = _fleet_events(folder, t0, runs, ids, st.advert_ttl_seconds)
 
     typical = _typical(runs)
     pins: set[str] = set()

@@ -238,7 +238,7 @@ def audit(twin: Scenario, broker: BrokerChoice = "model", max_findings: int = 50
 
 
 def twin_scenario(folder: str, sets: Sequence[str] = ()) -> Scenario:
-    """A twin folder as a scenario, ``--set`` assignments applied (``settings.advert_ttl_s``,
+    """A twin folder as a scenario, ``--set`` assignments applied (``settings.advert_ttl_seconds``,
     ``fleet.advert_interval_s``: the lab's settings)."""
     sc = load(folder)
     return sc.with_sets(list(sets)) if sets else sc

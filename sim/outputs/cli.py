@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="(--twin) the lab's settings, e.g. settings.advert_ttl_s=30",
+        help="(--twin) the lab's settings, e.g. settings.advert_ttl_seconds=30",
     )
     rep.add_argument(
         "--scale",

@@ -41,6 +41,7 @@ from sim.outputs.gate import (
     seconds,
 )
 from sim.parallel import spawn_pool
+from sim.platform.core import EventQueue, to_us
 
 
 @dataclass(frozen=True)
@@ -559,8 +560,6 @@ def check_planted(plant_id: str, job: Job) -> Outcome:
 def _horizon(end_s: float) -> Iterator[None]:
     """The simulation loop stops at ``end_s`` at the latest (it still stops earlier when
     nothing is left to happen, as unplanted)."""
-    from sim.platform.core import EventQueue, to_us
-
     real = EventQueue.events
 
     def events(self: Any, end: int | None = None) -> Any:

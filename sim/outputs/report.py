@@ -989,8 +989,10 @@ def _scenario_page(
         st = sc.settings
         body.append(
             f"<p class='muted'>Fleet and load: {_e(_describe(sc))}. Scenario "
-            f"<code>{_e(sc.name)}</code>, seed {sc.seed}; lease TTL {duration(st.lease_ttl_s)}, "
-            f"advert TTL {duration(st.advert_ttl_s)}, reaper every {duration(st.renew_s)}, "
+            f"<code>{_e(sc.name)}</code>, seed {sc.seed}; "
+            f"lease TTL {duration(st.lease_ttl_seconds)}, "
+            f"advert TTL {duration(st.advert_ttl_seconds)}, "
+            f"reaper every {duration(st.renew_seconds)}, "
             f"wake on return {'on' if st.wake_on_return else 'off'}.</p>"
         )
     body.append("<table><tbody>")

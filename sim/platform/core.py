@@ -21,7 +21,7 @@ costs a string comparison on the hottest path):
     class 1 CLAIM    delayed claims (latency > 0)      key the node's position in plan.nodes
     class 2 FLEET    the plan's fleet events           key their position in plan.fleet_events
     class 3 ADVERT   periodic heartbeats               key the node's position
-    class 4 REAPER   the reaper pass at k·renew_s      key 0
+    class 4 REAPER   the reaper, at k·renew_seconds    key 0
     class 5 ARRIVAL  submits                           key the run's position in plan.arrivals
     class 6 MARK     bookkeeping only (no broker call) key the node's position
 

@@ -20,13 +20,13 @@ difference in how the fleet was driven as a scheduling difference.
 - a node runs one step at a time. When it is idle and up, and not draining at-boundary (the broker
   would refuse the claim), it asks for work after every event that concerns it — its advert, a
   start, result (its own included) or answer of a run it serves — and claims the
-  lowest-positioned claimable step: at once with claim latency 0, else `claim_latency_s` later
+  lowest-positioned claimable step: at once with claim latency 0, else `fleet.claim_latency_s` later
   (rechecking then). Its result is reported `duration_s` after the claim, the plan's pre-sampled
   attempt; a daemon that vanished or restarted meanwhile never reports it (`Daemon.run_epoch`).
 - a human answers an ask `delay_s` after it is raised.
-- the reaper runs at k·renew_s while some node is dark and may still be given a lease (its advert
-  has not expired) or still holds one; only a dark node's lease can expire (live nodes renew
-  theirs with every advert), so the passes in between could find nothing.
+- the reaper runs at k·renew_seconds while some node is dark and may still be given a lease (its
+  advert has not expired) or still holds one; only a dark node's lease can expire (live nodes
+  renew theirs with every advert), so the passes in between could find nothing.
 
 **Same-instant order** is `sim.platform.core`'s: `(time, class, key)`, every key an integer position
 — the node's index in `plan.nodes`, the run's in `plan.arrivals`, the event's in
@@ -173,8 +173,8 @@ class Driver:
         self.plan = plan
         self.broker = broker
         self.interval = to_us(sc.fleet.advert_interval_s)
-        self.renew = to_us(st.renew_s)
-        self.latency = to_us(st.claim_latency_s)
+        self.renew = to_us(st.renew_seconds)
+        self.latency = to_us(sc.fleet.claim_latency_s)
         self.end = to_us(sc.horizon_s) if sc.horizon_s is not None else None
         self.exhaustive_stuck = exhaustive_stuck
         self.every = every if hook is not None else 0

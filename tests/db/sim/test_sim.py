@@ -185,7 +185,7 @@ def test_differential_with_claim_latency(server_url):
     import dataclasses
 
     sc = S.steady(runs=150, seed=2)
-    sc = dataclasses.replace(sc, settings=dataclasses.replace(sc.settings, claim_latency_s=2.0))
+    sc = dataclasses.replace(sc, fleet=dataclasses.replace(sc.fleet, claim_latency_s=2.0))
     plan = sim.materialize(sc)
     result = sim.run(plan, database_url=server_url, progress=False)
     model = sim.run_model(plan)

@@ -199,6 +199,33 @@ def test_a_baseline_from_another_version_is_refused_with_exit_2(
     assert again.returncode == 0, again.stdout
 
 
+def test_a_baseline_with_the_old_setting_names_still_passes(
+    baseline: Path, server_url: str, tmp_path: Path
+) -> None:
+    """design.md §20: a baseline the previous release recorded (settings under their old names,
+    the claim latency among them) is read for one release: the same decisions pass, with one
+    line per old name naming the new one."""
+    root = _copy(baseline, tmp_path)
+    manifest = root / "vanished_node_on" / "seed-0" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    sc = m["scenario"]
+    assert sc["settings"] == {"lease_ttl_seconds": 60.0, "renew_seconds": 10.0,
+                              "advert_ttl_seconds": 30.0, "max_width": 4, "max_attempts": 3,
+                              "wake_on_return": True}  # fmt: skip
+    del sc["fleet"]["claim_latency_s"]
+    sc["settings"] = {"lease_ttl_s": 60.0, "renew_s": 10.0, "advert_ttl_s": 30.0,
+                      "max_width": 4, "max_attempts": 3, "wake_on_return": True,
+                      "claim_latency_s": 0.0}  # fmt: skip
+    manifest.write_text(json.dumps(m))
+    with pytest.warns(S.RenamedSetting) as said:
+        report = gate.check(root, ["vanished_node_on"], database_url=server_url)
+    assert report.exit_code == 0, report.text()
+    assert sorted(str(w.message).partition(" is now ")[0] for w in said) == [
+        "settings.advert_ttl_s", "settings.claim_latency_s", "settings.lease_ttl_s",
+        "settings.renew_s",
+    ]  # fmt: skip
+
+
 def test_a_corrupted_baseline_exits_2(baseline: Path, server_url: str, tmp_path: Path) -> None:
     root = _copy(baseline, tmp_path)
     csv = root / "vanished_node_on" / "seed-0" / "decisions.csv"

@@ -147,7 +147,7 @@ def test_a_clean_history_audits_clean(day: tuple[Any, Path], capsys: Any) -> Non
 # ---- a planted anomaly ----------------------------------------------------------------------
 
 HAND = Config(advert_ttl_seconds=86_400, lease_ttl_seconds=86_400, wake_on_return=False)
-HAND_SETTINGS = Settings(advert_ttl_s=86_400, lease_ttl_s=86_400, wake_on_return=False)
+HAND_SETTINGS = Settings(advert_ttl_seconds=86_400, lease_ttl_seconds=86_400, wake_on_return=False)
 
 
 def at(clock: ManualClock, t: float) -> None:
@@ -256,9 +256,9 @@ def test_the_cli_audit_exits_1_and_names_the_run(
     out = hand_day(dsn, tmp_path, plant=True)
     sets = [
         "--set",
-        "settings.advert_ttl_s=86400",
+        "settings.advert_ttl_seconds=86400",
         "--set",
-        "settings.lease_ttl_s=86400",
+        "settings.lease_ttl_seconds=86400",
         "--set",
         "settings.wake_on_return=false",
         "--set",
@@ -419,7 +419,7 @@ def test_the_export_tests_day_replays_exactly(dsn: str, tmp_path: Path) -> None:
         med.close()
     out = tmp_path / "twin"
     sim.twin.export(dsn, SINCE, UNTIL, out, progress=False)
-    settings = Settings(advert_ttl_s=86_400, lease_ttl_s=86_400)
+    settings = Settings(advert_ttl_seconds=86_400, lease_ttl_seconds=86_400)
     twin = sim.twin.load(out, settings=settings, advert_interval_s=3600.0)
     for broker in ("model", "mediator"):
         rep = replay(twin, broker)

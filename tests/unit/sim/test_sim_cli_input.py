@@ -15,7 +15,7 @@ from sim.outputs import cli
         ("settings.wake_on_return=maybe", "settings.wake_on_return is true or false, not 'maybe'"),
         ("wake_on_return=1", "settings.wake_on_return is true or false, not 1"),
         ("settings.max_width=wide", "settings.max_width is a number, not 'wide'"),
-        ("lease_ttl_s=true", "settings.lease_ttl_s is a number, not True"),
+        ("lease_ttl_seconds=true", "settings.lease_ttl_seconds is a number, not True"),
     ],
 )
 def test_a_setting_of_the_wrong_kind_is_one_line_naming_it(assignment, said, capsys):
@@ -76,9 +76,9 @@ def test_numpy_scalars_are_settings_of_their_kind():
     sc = S.steady().with_overrides(
         {
             "max_width": np.int64(2),
-            "lease_ttl_s": np.float64(9000.0),
+            "lease_ttl_seconds": np.float64(9000.0),
             "wake_on_return": np.bool_(False),
         }
     )
-    assert (sc.settings.max_width, sc.settings.lease_ttl_s) == (2, 9000.0)
+    assert (sc.settings.max_width, sc.settings.lease_ttl_seconds) == (2, 9000.0)
     assert not sc.settings.wake_on_return

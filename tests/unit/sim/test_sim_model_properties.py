@@ -68,13 +68,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         events.append(FleetEvent(at, draw(st.sampled_from(ids)), kind, policy))
     return Scenario(
         name="random",
-        fleet=Fleet(groups, advert_interval_s=10.0, events=tuple(events)),
-        workload=Workload(Poisson(draw(st.sampled_from([0.01, 0.05]))), tuple(templates)),
-        settings=Settings(
-            max_width=4,
-            wake_on_return=draw(st.booleans()),
+        fleet=Fleet(
+            groups,
+            advert_interval_s=10.0,
+            events=tuple(events),
             claim_latency_s=draw(st.sampled_from([0.0, 1.0])),
         ),
+        workload=Workload(Poisson(draw(st.sampled_from([0.01, 0.05]))), tuple(templates)),
+        settings=Settings(max_width=4, wake_on_return=draw(st.booleans())),
         horizon_runs=60,
         horizon_s=4000.0,
         seed=draw(st.integers(0, 1000)),

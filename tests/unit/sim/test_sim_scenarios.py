@@ -79,7 +79,7 @@ def test_node_ids_sort_in_numeric_order() -> None:
 
 def test_validation_names_the_problem() -> None:
     with pytest.raises(ValueError, match="advert_interval_s"):
-        dataclasses.replace(S.steady(), settings=Settings(advert_ttl_s=30.0))
+        dataclasses.replace(S.steady(), settings=Settings(advert_ttl_seconds=30.0))
     with pytest.raises(ValueError, match="unknown node"):
         fleet = dataclasses.replace(S.steady().fleet, events=(FleetEvent(1.0, "nope", "vanish"),))
         dataclasses.replace(S.steady(), fleet=fleet)
