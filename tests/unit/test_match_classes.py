@@ -9,10 +9,12 @@ sweep's own fleets; here the needs range over every anchor kind."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mediator.core import match as match_mod
 from mediator.core.capabilities import satisfies
 from mediator.core.match import ClassIndex
 from tests.conftest import examples
@@ -31,6 +33,29 @@ steps = st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), roles)), max_
 
 def hashable(needs: dict[str, Any]) -> bool:
     return not any(isinstance(v, list) for v in needs.values())
+
+
+def kind(value: Any) -> str:
+    """A JSON value's type as the matcher compares it: booleans apart from numbers (§4)."""
+    if type(value) is bool:
+        return "boolean"
+    return "number" if type(value) in (int, float) else "string"
+
+
+def equal(want: Any, have: Any) -> bool:
+    return kind(want) == kind(have) and want == have
+
+
+def anchor_hit(need: dict[str, Any], caps: dict[str, Any]) -> bool:
+    """Whether a changed node hits the one entry ``need`` is filed under (docs/design.md §6): the
+    equality of its first valued key in name order, else the truthiness of its first key, else
+    every advert."""
+    valued = sorted(k for k, want in need.items() if want is not True)
+    if valued:
+        have = caps.get(valued[0], [])
+        items = have if isinstance(have, list) else [have]
+        return any(equal(need[valued[0]], item) for item in items)
+    return bool(caps.get(min(need))) if need else True
 
 
 @settings(max_examples=examples(400), deadline=None)
@@ -82,3 +107,36 @@ def test_a_class_with_an_unhashable_need_is_touched_by_any_change_until_removed(
     index.add("odd", {"r": {"board": ["x"]}})
     index.remove("odd")
     assert len(index) == 0 and index.touched([{"board": "x"}]) == set()
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["r1", "r2"]), need), max_size=6), st.lists(caps))
+def test_satisfies_runs_only_for_needs_whose_anchor_a_changed_node_hits(
+    classes: list[Any], changed: list[Any]
+) -> None:
+    """The index's cost as a count: ``touched`` checks with ``satisfies`` each distinct need
+    whose anchor a changed node hits, once per node until one satisfies it — no other need."""
+    index = ClassIndex()
+    for k, roles_of in enumerate(classes):
+        index.add(f"c{k}", roles_of)
+    distinct = {
+        frozenset((key, kind(want), want) for key, want in n.items()): n
+        for roles_of in classes
+        for n in roles_of.values()
+    }
+    expected, hit = 0, set()
+    for c in changed:
+        found = {sig for sig, n in distinct.items() if anchor_hit(n, c)} - hit
+        expected += len(found)
+        hit |= {sig for sig in found if satisfies(distinct[sig], c)}
+    with mock.patch.object(match_mod, "satisfies", wraps=satisfies) as checks:
+        index.touched(changed)
+    assert checks.call_count == expected
+
+
+def test_a_need_of_true_only_is_not_checked_against_a_node_without_that_key() -> None:
+    index = ClassIndex()
+    index.add("usb", {"r": {"usb": True}})
+    with mock.patch.object(match_mod, "satisfies", wraps=satisfies) as checks:
+        assert index.touched([{"board": "x"}]) == set()
+    assert checks.call_count == 0

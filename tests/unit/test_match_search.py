@@ -153,6 +153,9 @@ REMEMBERED = problem(5, n0=[0, 4], n1=[2, 3, 7], n2=[1, 5, 6], n3=[5], n4=[0, 5,
 # … a kind covered by an earlier one in ``fits`` …
 SKIPPED = problem(5, n0=[3], n1=[4], n2=[1], n3=[0, 3], n4=[2, 4], n5=[0, 2], n6=[0, 1, 4],
                   n7=[0, 2, 4])  # fmt: skip
+# … a kind covered by an earlier one, with kinds still to try after it (skipped, not the end) …
+MIDWAY = problem(4, n0=[0, 3], n1=[0, 1, 2], n2=[0, 4], n3=[0, 1, 3], n4=[0, 1, 4], n5=[4],
+                 n6=[2, 3])  # fmt: skip
 # … and a candidate covered by an earlier one in the ordered descent.
 DESCENT = problem(4, n0=[3, 4], n1=[0, 2], n2=[0, 3], n3=[2, 3, 4], n4=[1], n5=[1], n6=[1, 2, 3],
                   n7=[0, 4], n8=[0, 2, 3], n9=[2, 3, 4])  # fmt: skip
@@ -170,6 +173,7 @@ def search(serves: list[set[str]], unavailable: set[str], max_width: int) -> Any
 @example(crossing())
 @example(REMEMBERED)
 @example(SKIPPED)
+@example(MIDWAY)
 @example(DESCENT)
 def test_the_search_works_on_exactly_the_states_its_documented_pruning_leaves(problem: Any) -> None:
     serves, unavailable, max_width = problem
@@ -198,6 +202,7 @@ def largest_gains(kinds: set[int], uncovered: int) -> int:
 @example(crossing())
 @example(REMEMBERED)
 @example(SKIPPED)
+@example(MIDWAY)
 @example(DESCENT)
 def test_a_failed_state_is_never_worked_on_again_and_the_bound_cuts_only_hopeless_ones(
     problem: Any,
