@@ -46,6 +46,10 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_match_width.py",
         "tests/unit/test_match_index.py",
         "tests/unit/test_match_messages.py",
+        "tests/unit/test_match_search.py",
+        "tests/unit/test_match_budget.py",
+        "tests/unit/test_match_classes.py",
+        "tests/unit/test_sweep_memo.py",
     ),
     "mediator/core/progress.py": (
         "tests/unit/test_progress.py",

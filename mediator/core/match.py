@@ -21,6 +21,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Final
 
 from mediator.core.capabilities import satisfies
@@ -127,14 +128,14 @@ class AdvertIndex:
     """
 
     def __init__(self, adverts: Iterable[Advert]) -> None:
-        self.fleet: dict[str, Mapping[str, Any]] = {}
+        self.nodes: set[str] = set()  # every advert's node_id: what empty needs are met by
         self._equal: dict[tuple[str, tuple[str, object]], set[str]] = {}
         self._truthy: dict[str, set[str]] = {}
         self._cache: dict[str, frozenset[str]] = {}
         for advert in adverts:
-            if advert.node_id in self.fleet:
+            if advert.node_id in self.nodes:
                 raise ValueError(f"two adverts for node {advert.node_id!r}")
-            self.fleet[advert.node_id] = advert.capabilities
+            self.nodes.add(advert.node_id)
             for key, have in advert.capabilities.items():
                 if have:
                     self._truthy.setdefault(key, set()).add(advert.node_id)
@@ -142,21 +143,10 @@ class AdvertIndex:
                 for item in members:
                     self._equal.setdefault((key, _tag(item)), set()).add(advert.node_id)
 
-    def serves_any(self, needs: Mapping[str, Any]) -> bool:
-        """Whether some advert satisfies ``needs`` (``serving(needs)`` is not empty), without
-        caching: cheap for the few changed nodes a sweep checks every class against (§6)."""
-        found: set[str] | None = None
-        for key, want in needs.items():
-            have = self._truthy.get(key) if want is True else self._equal.get((key, _tag(want)))
-            if not have:
-                return False
-            found = set(have) if found is None else found & have
-            if not found:
-                return False
-        return bool(self.fleet)
-
     def serving(self, needs: Mapping[str, Any]) -> frozenset[str]:
-        """``C_r``: the ids of the adverts whose capabilities satisfy ``needs``."""
+        """``C_r``: the ids of the adverts whose capabilities satisfy ``needs``. Equal needs, in
+        any key order, get the one answer computed first (the same object): a sweep's classes and
+        a contract's roles that ask alike cost one lookup."""
         ck = json.dumps(needs, sort_keys=True)
         found = self._cache.get(ck)
         if found is None:
@@ -166,7 +156,7 @@ class AdvertIndex:
                 else self._equal.get((key, _tag(want)), set())
                 for key, want in needs.items()
             ]
-            found = frozenset(set.intersection(*sets)) if sets else frozenset(self.fleet)
+            found = frozenset(set.intersection(*sets)) if sets else frozenset(self.nodes)
             self._cache[ck] = found
         return found
 
@@ -349,25 +339,32 @@ def narrowest(
     serves: Sequence[AbstractSet[str]],
     unavailable: AbstractSet[str],
     max_width: int,
+    asked: list[tuple[int, int]] | None = None,
 ) -> Assignment | None:
     """The narrowest assignment of available nodes within ``max_width``, or None if none fits.
 
     A set of nodes can serve a contract when every role has a serving node in it, and an
     assignment's width is the size of that set, so the question is a minimum set cover — small
-    here: the width is capped (``max_width``) and the roles are few. The search goes the way the
-    greedy matcher does (roles in name order; a role some chosen node serves folds onto the
-    earliest such; otherwise each available candidate in step 4's order is tried in turn), so
+    here: the width is capped (``max_width``) and the roles are few.
+
+    Whether ``left`` more nodes can cover the roles not yet covered is decided by ``fits``, in
+    any order: it branches on the uncovered role with the fewest kinds of available candidate
+    (a kind: the set of roles a node serves; the first role in name order among equals), trying
+    its kinds serving more roles first, then by that set read as a number (role ``i`` is bit
+    ``i``). A state stops when a lower bound on what is left — the fewest nodes whose largest
+    gains add up to the uncovered roles — exceeds ``left``; a kind whose uncovered roles an
+    earlier kind also covers is skipped (whatever completes it would have completed the earlier
+    one, which failed); and a state (covered roles, nodes left) shown not to complete is not
+    searched again. Widths are tried from that lower bound up (iterative deepening), and the
+    first that fits is the narrowest.
+
+    At that width the assignment is built the way the greedy matcher goes (roles in name order;
+    a role some chosen node serves folds onto the earliest such; otherwise step 4's order —
+    more roles from this one onward served first, then ``node_id``): the first role not yet
+    covered takes the first candidate in that order after which ``fits`` says the rest can still
+    be covered, skipping, as above, one whose uncovered roles an earlier candidate covers. So
     among the narrowest assignments it returns the first that order reaches, and the greedy one
-    itself when it is the narrowest. Widths are tried from a lower bound up (iterative
-    deepening); a branch stops when its width plus a lower bound on what is left (the fewest
-    nodes whose largest gains add up to the uncovered roles) exceeds the width tried; a
-    candidate whose uncovered roles an earlier candidate also serves is skipped (whatever
-    completes its branch would have completed the earlier one, which failed — so the order of
-    answers is kept); and a coverage already shown not to complete with as many nodes left is
-    not searched again. Whether a width is possible at all is first decided by the same search
-    branching on the role with the fewest kinds of candidates (``fits``), which is far quicker to
-    prove a width impossible; the ordered search runs only at the width that fits, and descends
-    only into the first candidate (in its order) after which the rest can still fit.
+    itself when it is the narrowest.
 
     The cost is exponential in the worst case (set cover is NP-hard); it stays small because
     the covered-roles states number at most 2^roles and roles that have the same candidates are
@@ -378,9 +375,14 @@ def narrowest(
         serves: ``C_r`` per role, aligned with ``roles``.
         unavailable: Nodes that must not be chosen.
         max_width: The widest assignment accepted.
+        asked: When given, every state ``fits`` works on (not answered at once: all covered,
+            or known to fail), ``(covered roles as bits, nodes left)``, is appended in order —
+            the search's cost as a count that does not drift with the machine (tests hold the
+            pruning to it).
 
     Returns:
-        The assignment, or None when every assignment of available nodes is wider.
+        The assignment, or None when every assignment of available nodes is wider (or a role has
+        no available node at all).
     """
     n = len(roles)
     if n == 0:
@@ -401,51 +403,26 @@ def narrowest(
         if not order[i]:
             return None  # a role no available node serves: ALL_BUSY, not a width question
     masks = list(set(mask.values()))
-
-    def bound(uncovered: int) -> int:
-        """Fewest nodes that could cover ``uncovered``: the largest gains, added up."""
-        left = uncovered.bit_count()
-        gains = sorted(((m & uncovered).bit_count() for m in masks), reverse=True)
-        for k, gain in enumerate(gains, 1):
-            left -= gain
-            if left <= 0:
-                return k
-        return len(gains) + 1  # not reachable: every role has an available node
-
+    by_role = [sorted({mask[x] for x in order[i]}, key=lambda m: (-m.bit_count(), m))
+               for i in range(n)]  # fmt: skip
     failed: set[tuple[int, int]] = set()  # (covered, nodes still allowed) known to fail
 
-    def search(covered: int, chosen: list[str], width: int) -> list[str] | None:
-        if covered == full:
-            return chosen
-        if (covered, width - len(chosen)) in failed:
-            return None  # reached before by another order of the same nodes' coverage
-        uncovered = full & ~covered
-        if len(chosen) + bound(uncovered) > width:
-            failed.add((covered, width - len(chosen)))
-            return None
-        first = (uncovered & -uncovered).bit_length() - 1  # the first uncovered role
-        tried: list[int] = []
-        for node in order[first]:
-            gain = mask[node] & uncovered
-            if any(gain & t == gain for t in tried):
-                continue  # an earlier candidate covered these roles and more, and failed
-            tried.append(gain)
-            if fits(covered | mask[node], width - len(chosen) - 1):
-                return search(covered | mask[node], [*chosen, node], width)  # finds one
-        failed.add((covered, width - len(chosen)))
-        return None
-
-    by_role = [sorted({mask[x] for x in order[i]}, key=int.bit_count, reverse=True)
-               for i in range(n)]  # fmt: skip
+    def bound(uncovered: int) -> int:
+        """Fewest nodes that could cover ``uncovered``: the largest gains, added up (they do
+        add up: every role has an available node)."""
+        want = uncovered.bit_count()
+        gains = accumulate(sorted(((m & uncovered).bit_count() for m in masks), reverse=True))
+        return next(k for k, total in enumerate(gains, 1) if total >= want)
 
     def fits(covered: int, left: int) -> bool:
-        """Whether ``left`` more nodes can cover the rest — in any order: branching on the role
-        with the fewest kinds of candidate proves a width impossible far sooner than the greedy
-        order does. What fails is remembered in ``failed``, which the ordered search shares."""
+        """Whether ``left`` more nodes can cover the rest, in any order. What fails is
+        remembered in ``failed``."""
         if covered == full:
             return True
         if (covered, left) in failed:
             return False
+        if asked is not None:
+            asked.append((covered, left))
         uncovered = full & ~covered
         if bound(uncovered) > left:
             failed.add((covered, left))
@@ -462,11 +439,27 @@ def narrowest(
         failed.add((covered, left))
         return False
 
+    def search(covered: int, chosen: list[str], width: int) -> list[str]:
+        """The ordered descent, entered only where ``fits`` said the rest can be covered within
+        ``width``: so some candidate of the first uncovered role fits (any cover of the rest
+        holds one), and one skipped is covered by an earlier candidate that did not fit."""
+        if covered == full:
+            return chosen
+        uncovered = full & ~covered
+        first = (uncovered & -uncovered).bit_length() - 1  # the first uncovered role
+        tried: list[int] = []
+        for node in order[first]:
+            gain = mask[node] & uncovered
+            if any(gain & t == gain for t in tried):
+                continue  # an earlier candidate covered these roles and more, and failed
+            tried.append(gain)
+            if fits(covered | mask[node], width - len(chosen) - 1):
+                return search(covered | mask[node], [*chosen, node], width)
+        raise AssertionError("fits() promised a cover")  # pragma: no mutate
+
     for width in range(bound(full), max_width + 1):
-        if not fits(0, width):
-            continue  # no assignment this narrow: the ordered search is not needed
-        nodes = search(0, [], width)
-        if nodes is not None:
+        if fits(0, width):  # the narrowest width: the ordered descent finds its first cover
+            nodes = search(0, [], width)
             assigned = {
                 role: next(x for x in nodes if mask[x] >> i & 1) for i, role in enumerate(roles)
             }

@@ -50,3 +50,15 @@ def test_true_and_1_stay_apart():
     assert index.serving({"k": True}) == {"a", "b", "c"}
     assert index.serving({"k": "x"}) == {"c"}
     assert index.serving({}) == {"a", "b", "c"}
+
+
+def test_equal_needs_in_any_key_order_share_one_computed_answer():
+    """The index computes a need's candidates once per snapshot (docs/design.md §6): asked again,
+    in another key order, it hands back the very answer it computed — counted here as object
+    identity, which no recomputation can fake."""
+    index = AdvertIndex([Advert("a", {"k": 1, "m": "x"}), Advert("b", {"k": 1})])
+    first = index.serving({"k": 1, "m": "x"})
+    assert first == {"a"}
+    assert index.serving({"m": "x", "k": 1}) is first
+    everyone = index.serving({})
+    assert everyone == {"a", "b"} and index.serving({}) is everyone
