@@ -267,7 +267,10 @@ def client_main(kind: str, target: str, count: int, out: str, start_at: float) -
     if kind == "mediator":
         import httpx
 
-        contract = {"roles": {"dut": {"pool": "busy"}}, "steps": [{"name": "s", "role": "dut"}]}
+        # A step submit accepts (a built-in with its `with`, docs/design.md §4 "Actions");
+        # it never runs: the run waits for the busy node.
+        step = {"name": "s", "role": "dut", "uses": "shell", "with": {"cmd": "true"}}
+        contract = {"roles": {"dut": {"pool": "busy"}}, "steps": [step]}
         with httpx.Client(base_url=target, timeout=60) as http:
             http.get("/healthz")
             time.sleep(max(0.0, start_at - time.time()))
@@ -356,7 +359,12 @@ class MediatorPeer:
         self.pg.ensure_database("peers")
         (self.work / "m").mkdir()
         os.chmod(self.work / "m", 0o755)
-        self.server, self.url = start_server(self.pg.dsn("peers"), self.work / "m", workers=1)
+        # One principal queues every item: its cap on QUEUED runs (docs/security.md "Fair
+        # under floods", 1,000 by default) is raised past the deepest queue measured.
+        cap = {"MEDIATOR_MAX_QUEUED_RUNS_PER_PRINCIPAL": "100000"}
+        self.server, self.url = start_server(
+            self.pg.dsn("peers"), self.work / "m", workers=1, env=cap
+        )
         import httpx
 
         self.http = httpx.Client(base_url=self.url, timeout=60)
