@@ -175,13 +175,13 @@ def _lifo_sweep() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def lifo(ctx: Any, first: Any = None) -> Any:
+    def lifo(ctx: Any, first: Any = None, guard: bool = False) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark, guard=guard)
         if len(first.head) < sweep.HEAD_PAGE:  # a full head pages on from its last run: keep it
             first = first._replace(head=list(reversed(first.head)))
-        return real(ctx, first)
+        return real(ctx, first, guard)
 
     return _patched(sweep, "sweep", lifo)
 
@@ -213,8 +213,8 @@ def _too_wide_fails_at_promotion() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def failing(ctx: Any, first: Any = None) -> Any:
-        report = real(ctx, first)
+    def failing(ctx: Any, first: Any = None, guard: bool = False) -> Any:
+        report = real(ctx, first, guard)
         for run_id in report.too_wide:
             ending.cancel(ctx, run_id)
         return report
@@ -229,12 +229,12 @@ def _head_only() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def head_only(ctx: Any, first: Any = None) -> Any:
+    def head_only(ctx: Any, first: Any = None, guard: bool = False) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark, guard=guard)
         # a head shorter than a page is the whole queue to the sweep: it pages no further
-        return real(ctx, first._replace(head=list(first.head)[:1]))
+        return real(ctx, first._replace(head=list(first.head)[:1]), guard)
 
     return _patched(sweep, "sweep", head_only)
 
