@@ -299,8 +299,8 @@ def _answer_no_wake() -> contextlib.AbstractContextManager[None]:
 
     real = AfterCommit.wake_safely
 
-    def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
-        return None if why is Wake.ANSWER else real(self, why, head=head)
+    def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
+        return None if why is Wake.ANSWER else real(self, why, head=head, guard=guard)
 
     return _patched(AfterCommit, "wake_safely", wake_safely)
 
@@ -394,7 +394,7 @@ def _wakes_deferred() -> Iterator[None]:
 
     pending: list[bool] = []
 
-    def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
+    def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
         pending[:] = [True]
         return None
 
@@ -421,8 +421,8 @@ def _wake_off(number: int) -> Callable[[], contextlib.AbstractContextManager[Non
 
         real = AfterCommit.wake_safely
 
-        def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
-            return None if why.number == number else real(self, why, head=head)
+        def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
+            return None if why.number == number else real(self, why, head=head, guard=guard)
 
         return _patched(AfterCommit, "wake_safely", wake_safely)
 
