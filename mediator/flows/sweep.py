@@ -259,8 +259,13 @@ def sweep(ctx: Context, first: SweepHead | None = None, guard: bool = False) -> 
         # class has a role that no live, free, undrained node might meet (a superset of the
         # matcher's candidates), so every class would be refused and the sweep below, reading
         # this same snapshot, would promote nothing: stopping here decides exactly what it
-        # would. Nothing else was read, so the memo learns nothing and its mark stays (the
-        # next read covers this one; §6 "Sweeps remember").
+        # would. Nor is the guard's run stranded (the lost wake R17 exists for): this snapshot
+        # was taken after the run committed QUEUED, and any change that later gives its role a
+        # node — a release (wakes 1-4), the database or a gap back (5), a drain lifted (6), a
+        # node back (7), new capabilities (9) — commits after this snapshot, hence after the
+        # run, and sweeps after its own commit, so that sweep reads the run. Nothing else was
+        # read, so the memo learns nothing and its mark stays (the next read covers this one;
+        # §6 "Sweeps remember").
         report.blocked = True
         return report
     fleet, head = first.fleet, first.head
