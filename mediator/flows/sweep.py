@@ -262,8 +262,9 @@ def sweep(ctx: Context, first: SweepHead | None = None, guard: bool = False) -> 
         # would. Nor is the guard's run stranded (the lost wake R17 exists for): this snapshot
         # was taken after the run committed QUEUED, and any change that later gives its role a
         # node — a release (wakes 1-4), the database or a gap back (5), a drain lifted (6), a
-        # node back (7), new capabilities (9) — commits after this snapshot, hence after the
-        # run, and sweeps after its own commit, so that sweep reads the run. Nothing else was
+        # node back (7, unless turned off: then the full sweep missed it too), new capabilities
+        # (9) — commits after this snapshot, hence after the run, and sweeps after its own
+        # commit, so that sweep reads the run. Nothing else was
         # read, so the memo learns nothing and its mark stays (the next read covers this one;
         # §6 "Sweeps remember").
         report.blocked = True
