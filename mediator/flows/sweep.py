@@ -264,9 +264,8 @@ def sweep(ctx: Context, first: SweepHead | None = None, guard: bool = False) -> 
         # node — a release (wakes 1-4), the database or a gap back (5), a drain lifted (6), a
         # node back (7, unless turned off: then the full sweep missed it too), new capabilities
         # (9) — commits after this snapshot, hence after the run, and sweeps after its own
-        # commit, so that sweep reads the run. Nothing else was
-        # read, so the memo learns nothing and its mark stays (the next read covers this one;
-        # §6 "Sweeps remember").
+        # commit, so that sweep reads the run. Nothing else was read, so the memo learns
+        # nothing and its mark stays (the next read covers this one; §6 "Sweeps remember").
         report.blocked = True
         return report
     fleet, head = first.fleet, first.head
