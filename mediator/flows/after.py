@@ -62,7 +62,10 @@ class AfterCommit:
         self.unopened: dict[str, dict[str, Any]] = {}
 
     def __call__(
-        self, changes: Iterable[Change] = (), wake: Wake | None = None
+        self,
+        changes: Iterable[Change] = (),
+        wake: Wake | None = None,
+        guard: bool = False,
     ) -> WakeReport | None:
         """Seal what settled, PushAsks, then wake — in that order, after the commit. The one
         place every flow's after-commit work goes through: each seal is isolated (a failing
@@ -73,7 +76,8 @@ class AfterCommit:
         commit — also carries the sweep's first read (the waiting classes, the fleet, the queue's
         head; issue 13), so the wake sends no statement of its own to begin: none at all when
         nothing is QUEUED. A run queued after that read is its submitter's to sweep: R17's guard
-        runs after that submit's commit and sees every release committed before this read."""
+        runs after that submit's commit and sees every release committed before this read.
+        ``guard``: the wake is R17's guard (wake 8), whose first read may end it (``sweep``)."""
         head: SweepHead | None = None  # the sweep's first read, when a seal did it
         for c in changes:
             if c.settled:
@@ -82,11 +86,17 @@ class AfterCommit:
             if c.asks:
                 self.push_asks(c.asks)
         if wake is not None:
-            return self.wake_safely(wake, head=head)
+            return self.wake_safely(wake, head=head, guard=guard)
         return None
 
     # ---- wake ------------------------------------------------------------------------------------
-    def wake_safely(self, why: Wake, *, head: SweepHead | None = None) -> WakeReport | None:
+    def wake_safely(
+        self,
+        why: Wake,
+        *,
+        head: SweepHead | None = None,
+        guard: bool = False,
+    ) -> WakeReport | None:
         """R16: a failing wake never changes the triggering call's result; it is logged.
 
         Wake 5: a sweep that failed because the database could not be reached is not left to
@@ -95,7 +105,7 @@ class AfterCommit:
         by the caller after its commit (issue 13), handed down to the sweep; with no class
         waiting the wake happens (observers see it) at no cost."""
         try:
-            return sweep_flow.wake_queued(self.ctx, head)
+            return sweep_flow.wake_queued(self.ctx, head, guard)
         except StoreUnavailable:
             self.ctx.count("wake")
             log.warning("wake after %s failed: the database is unreachable; "

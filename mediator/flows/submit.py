@@ -194,8 +194,10 @@ def submit(
         if ctx.missed_wake_guard:
             # R17 (ours): a release that committed between our fleet read and this insert
             # swept before the row was visible; sweep once more so the run does not wait
-            # beside a free node. The answer still shows the run as committed.
-            ctx.after(wake=Wake.QUEUED_SUBMIT)
+            # beside a free node. The answer still shows the run as committed. The sweep
+            # stops at its first read when no waiting class could use the nodes free then
+            # (docs/design.md R17 "The guard's first read").
+            ctx.after(wake=Wake.QUEUED_SUBMIT, guard=True)
         return Submission(Outcome.QUEUED, run)
 
     # NO_CANDIDATE, or TOO_WIDE even with every node free: permanent (R1) → FAILED, rejected.

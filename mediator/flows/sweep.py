@@ -55,6 +55,9 @@ class WakeReport:
     errors: int = 0
     matched: int = 0  # matcher calls; classes answered from the last sweep's answers are not
     remembered: int = 0  # classes whose answer came from the last sweep (§6 "Sweeps remember")
+    # R17's guard's first read found no waiting class that the free nodes could serve: it
+    # returned the mark alone and nothing else was read, matched or promoted.
+    blocked: bool = False
 
 
 # node_id → ((capabilities as text, busy, drain), capabilities): what the matcher sees of it
@@ -217,23 +220,27 @@ class SweepMemo:
 
 
 # ---- WakeQueued (docs/design.md §6, R6–R12) ------------------------------------------------------
-def wake_queued(ctx: Context, first: SweepHead | None = None) -> WakeReport:
+def wake_queued(ctx: Context, first: SweepHead | None = None, guard: bool = False) -> WakeReport:
     """The promotion sweep over the queue, FIFO with skipping (timed for the observers).
-    ``first``: the sweep's first read, when the caller made it after its commit (issue 13)."""
+    ``first``: the sweep's first read, when the caller made it after its commit (issue 13).
+    ``guard``: R17's guard's sweep (see :func:`sweep`)."""
     started = time.perf_counter()
-    report = sweep(ctx, first)
+    report = sweep(ctx, first, guard)
     for observe in ctx.sweep_observers:
         observe(time.perf_counter() - started, report)
     return report
 
 
-def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
+def sweep(ctx: Context, first: SweepHead | None = None, guard: bool = False) -> WakeReport:
     """The promotion sweep over the queue, FIFO with skipping.
 
     Safe to call again and concurrently from any number of processes (R9): the conditional
     update (R8) and the lease primary key (I1) decide every race; no hand-made locks.
     ``first``: the waiting classes, the fleet and the queue's head, read by the caller's seal
     after its commit (issue 13, ``AfterCommit``); None: the sweep reads them itself.
+    ``guard``: R17's guard's sweep (False: any other wake). Its first read ends the sweep, having
+    read nothing more, when no waiting class could be assigned the nodes free in its snapshot
+    (docs/design.md R17 "The guard's first read": the same decisions, none made).
     """
     ttl = ctx.config.lease_ttl_seconds
     # R11: refuse before anything else rather than issue leases that never expire.
@@ -246,7 +253,21 @@ def sweep(ctx: Context, first: SweepHead | None = None) -> WakeReport:
     book = ctx.sweep_memo
     if first is None:
         with ctx.store.autocommit() as tx:  # classes, fleet and the queue's head: one statement
-            first = tx.sweep_head(HEAD_PAGE, since=book.mark)
+            first = tx.sweep_head(HEAD_PAGE, since=book.mark, guard=guard)
+    if first.blocked:
+        # R17 (docs/design.md, "The guard's first read"): in this read's snapshot every waiting
+        # class has a role that no live, free, undrained node might meet (a superset of the
+        # matcher's candidates), so every class would be refused and the sweep below, reading
+        # this same snapshot, would promote nothing: stopping here decides exactly what it
+        # would. Nor is the guard's run stranded (the lost wake R17 exists for): this snapshot
+        # was taken after the run committed QUEUED, and any change that later gives its role a
+        # node — a release (wakes 1-4), the database or a gap back (5), a drain lifted (6), a
+        # node back (7, unless turned off: then the full sweep missed it too), new capabilities
+        # (9) — commits after this snapshot, hence after the run, and sweeps after its own
+        # commit, so that sweep reads the run. Nothing else was read, so the memo learns
+        # nothing and its mark stays (the next read covers this one; §6 "Sweeps remember").
+        report.blocked = True
+        return report
     fleet, head = first.fleet, first.head
     adverts, busy, draining = view(fleet)
     unavailable = busy | draining

@@ -843,9 +843,43 @@ ORDER BY i.seq
 -- With %(sealed)s a run id, the statement first marks that run's record sealed (mark_sealed's
 -- update): a seal whose wake follows sends one statement for both, after the terminal commit
 -- (issue 13). NULL marks nothing.
+-- With %(guard)s true (R17's guard, docs/design.md R17 "The guard's first read"): if at most 64
+-- classes wait and each has a role that no live, free (unleased), undrained node might meet
+-- (fleet_for's superset test, so no node the matcher would take is missed), no sweep reading
+-- this snapshot could promote anything: `blocked` is true and nothing but the mark row comes —
+-- no class, node or run is read. The classes are found one probe each (the loose index scan
+-- below), 65 at most. False (every other sweep) reads as before.
 WITH RECURSIVE m AS (
     UPDATE runs SET sealed = true
     WHERE run_id = %(sealed)s AND state IN ('PASSED', 'FAILED')
+), wk(needs_key) AS (
+    (SELECT needs_key FROM runs
+     WHERE state = 'QUEUED' AND %(guard)s::boolean ORDER BY needs_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.needs_key FROM runs r
+            WHERE r.state = 'QUEUED' AND r.needs_key > wk.needs_key
+            ORDER BY r.needs_key LIMIT 1)
+    FROM wk WHERE wk.needs_key IS NOT NULL
+), b AS (
+    SELECT coalesce(%(guard)s::boolean AND count(*) <= 64 AND bool_and(w.stuck), false) AS blocked
+    FROM (
+        SELECT EXISTS (
+            SELECT 1 FROM needs_classes c, jsonb_each(c.needs) AS r(role, need)
+            WHERE c.needs_key = w.needs_key
+              AND NOT EXISTS (
+                  SELECT 1 FROM nodes n
+                  WHERE n.expires_at > mediator_now(%(now)s) AND n.drain = ''
+                    AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
+                        WHERE NOT coalesce(
+                            CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
+                                 ELSE n.capabilities -> q.k = q.v
+                                      OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
+                                          AND n.capabilities -> q.k @> jsonb_build_array(q.v))
+                            END, false)))) AS stuck
+        FROM (SELECT needs_key FROM wk WHERE needs_key IS NOT NULL LIMIT 65) w
+    ) w
 ), snap AS (
     SELECT pg_snapshot_xmin(pg_current_snapshot()) AS mark,
            pg_snapshot_xmax(pg_current_snapshot()) AS xmax
@@ -860,10 +894,10 @@ WITH RECURSIVE m AS (
       AND e.tx < pg_snapshot_xmax(pg_current_snapshot()) AND e.run_id <> ''
     LIMIT 4097
 ), mode AS (
-    SELECT (%(since)s::text::xid8 IS NULL OR %(since)s::text::xid8 > xmax
-            OR (SELECT count(*) FROM ev) > 4096) AS whole,
-           EXISTS (SELECT 1 FROM head) AS queued
-    FROM snap
+    SELECT NOT b.blocked AND (%(since)s::text::xid8 IS NULL OR %(since)s::text::xid8 > xmax
+                              OR (SELECT count(*) FROM ev) > 4096) AS whole,
+           NOT b.blocked AND EXISTS (SELECT 1 FROM head) AS queued
+    FROM snap, b
 ), k(needs_key) AS (
     (SELECT needs_key FROM runs
      WHERE state = 'QUEUED' AND (SELECT whole FROM mode) ORDER BY needs_key LIMIT 1)
@@ -895,22 +929,22 @@ WITH RECURSIVE m AS (
 SELECT 'mark' AS part, NULL::text AS needs_key, NULL::text AS needs, NULL::text AS node_id,
        NULL::jsonb AS capabilities, NULL::text AS instance, NULL::text AS drain,
        NULL::boolean AS busy, NULL::text AS run_id, NULL::timestamptz AS created_at,
-       s.mark::text AS mark, md.whole, md.queued
-FROM snap s, mode md
+       s.mark::text AS mark, md.whole, md.queued, b.blocked
+FROM snap s, mode md, b
 UNION ALL
 SELECT 'class', c.needs_key, c.needs::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL
-FROM cls c
+       NULL, NULL, NULL
+FROM cls c WHERE NOT (SELECT blocked FROM b)
 UNION ALL
 SELECT 'node', NULL, NULL::text, n.node_id, n.capabilities, n.instance, n.drain,
-       (l.node_id IS NOT NULL), NULL, NULL, NULL, NULL, NULL
+       (l.node_id IS NOT NULL), NULL, NULL, NULL, NULL, NULL, NULL
 FROM nodes n
 LEFT JOIN leases l ON l.node_id = n.node_id
 WHERE n.expires_at > mediator_now(%(now)s) AND (SELECT queued FROM mode)
 UNION ALL
 SELECT 'queued', h.needs_key, NULL::text, NULL, NULL, NULL, NULL, NULL, h.run_id, h.created_at,
-       NULL, NULL, NULL
-FROM head h
+       NULL, NULL, NULL, NULL
+FROM head h WHERE NOT (SELECT blocked FROM b)
 
 -- event_position --
 -- Where a /v1/events stream starts, as (tx, id) (events_since's order). After event %(id)s: that

@@ -95,7 +95,9 @@ class SweepHead(NamedTuple):
     ``classes``: (needs_key, needs) — every class waiting when ``full``; else only the classes
     whose waiting may have changed since ``since``, needs None for one that no longer waits
     (docs/design.md §6 "Sweeps remember"). ``mark``: what the next read passes as ``since``.
-    ``queued``: whether any run is QUEUED (False: everything else is empty)."""
+    ``queued``: whether any run is QUEUED (False: everything else is empty). ``blocked``: the
+    read was R17's guard's, and at most 64 classes wait, each with a role that no live, free,
+    undrained node might meet (docs/design.md R17): nothing but the mark was read then."""
 
     classes: list[tuple[str, dict[str, Any] | None]]
     fleet: list[FleetNode]
@@ -104,6 +106,7 @@ class SweepHead(NamedTuple):
     mark: int | None = None
     full: bool = True
     queued: bool = False
+    blocked: bool = False
 
 
 # A class's needs as text → as decoded: a read of every waiting class (a process's first, or one
@@ -127,7 +130,7 @@ def _sweep_head(rows: list[dict[str, Any]], since: int | None) -> SweepHead:
     """``sweep_head``'s rows (told apart by ``part``) as classes, fleet and queue head."""
     classes: list[tuple[str, dict[str, Any] | None]] = []
     fleet, head = [], []
-    mark, full, queued = None, True, False
+    mark, full, queued, blocked = None, True, False, False
     for r in rows:
         part = r["part"]
         if part == "class":
@@ -140,9 +143,10 @@ def _sweep_head(rows: list[dict[str, Any]], since: int | None) -> SweepHead:
             head.append(QueuedRun(r["run_id"], r["needs_key"], r["created_at"]))
         else:
             mark, full, queued = int(r["mark"]), bool(r["whole"]), bool(r["queued"])
+            blocked = bool(r["blocked"])
     fleet.sort(key=lambda n: n.node_id)
     head.sort(key=lambda q: (q.created_at, q.run_id))
-    return SweepHead(classes, fleet, head, since, mark, full, queued)
+    return SweepHead(classes, fleet, head, since, mark, full, queued, blocked)
 
 
 def _actions(value: Any) -> frozenset[str] | None:
@@ -208,14 +212,25 @@ class Tx(Statements):
         return self._rows("list_queued", row=QueuedRun)
 
     def sweep_head(
-        self, limit: int, sealed: str | None = None, since: int | None = None
+        self,
+        limit: int,
+        sealed: str | None = None,
+        since: int | None = None,
+        guard: bool = False,
     ) -> SweepHead:
         """The waiting needs classes (every one, or with ``since`` — the ``mark`` of an earlier
         read — those whose waiting may have changed since), the live fleet (node_id order) and
         the first ``limit`` queued runs in FIFO order, in one statement (issue 13); nothing but
         the mark when nothing is queued. With ``sealed``, the same statement first marks that
-        run's record sealed (what :meth:`mark_sealed` does, for a seal whose wake follows)."""
-        params = {"limit": limit, "sealed": sealed, "since": None if since is None else str(since)}
+        run's record sealed (what :meth:`mark_sealed` does, for a seal whose wake follows).
+        With ``guard`` (R17's guard), only the mark comes when no waiting class could be
+        assigned the nodes free in this snapshot (``SweepHead.blocked``)."""
+        params = {
+            "limit": limit,
+            "sealed": sealed,
+            "since": None if since is None else str(since),
+            "guard": guard,
+        }
         return _sweep_head(self._rows("sweep_head", params), since)
 
     def queued_page(

@@ -176,13 +176,13 @@ def _lifo_sweep() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def lifo(ctx: Any, first: Any = None) -> Any:
+    def lifo(ctx: Any, first: Any = None, guard: bool = False) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark, guard=guard)
         if len(first.head) < sweep.HEAD_PAGE:  # a full head pages on from its last run: keep it
             first = first._replace(head=list(reversed(first.head)))
-        return real(ctx, first)
+        return real(ctx, first, guard)
 
     return _patched(sweep, "sweep", lifo)
 
@@ -214,8 +214,8 @@ def _too_wide_fails_at_promotion() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def failing(ctx: Any, first: Any = None) -> Any:
-        report = real(ctx, first)
+    def failing(ctx: Any, first: Any = None, guard: bool = False) -> Any:
+        report = real(ctx, first, guard)
         for run_id in report.too_wide:
             ending.cancel(ctx, run_id)
         return report
@@ -230,12 +230,12 @@ def _head_only() -> contextlib.AbstractContextManager[None]:
 
     real = sweep.sweep
 
-    def head_only(ctx: Any, first: Any = None) -> Any:
+    def head_only(ctx: Any, first: Any = None, guard: bool = False) -> Any:
         if first is None:
             with ctx.store.autocommit() as tx:
-                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark)
+                first = tx.sweep_head(sweep.HEAD_PAGE, since=ctx.sweep_memo.mark, guard=guard)
         # a head shorter than a page is the whole queue to the sweep: it pages no further
-        return real(ctx, first._replace(head=list(first.head)[:1]))
+        return real(ctx, first._replace(head=list(first.head)[:1]), guard)
 
     return _patched(sweep, "sweep", head_only)
 
@@ -300,8 +300,8 @@ def _answer_no_wake() -> contextlib.AbstractContextManager[None]:
 
     real = AfterCommit.wake_safely
 
-    def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
-        return None if why is Wake.ANSWER else real(self, why, head=head)
+    def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
+        return None if why is Wake.ANSWER else real(self, why, head=head, guard=guard)
 
     return _patched(AfterCommit, "wake_safely", wake_safely)
 
@@ -395,7 +395,7 @@ def _wakes_deferred() -> Iterator[None]:
 
     pending: list[bool] = []
 
-    def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
+    def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
         pending[:] = [True]
         return None
 
@@ -422,8 +422,8 @@ def _wake_off(number: int) -> Callable[[], contextlib.AbstractContextManager[Non
 
         real = AfterCommit.wake_safely
 
-        def wake_safely(self: Any, why: Any, *, head: Any = None) -> Any:
-            return None if why.number == number else real(self, why, head=head)
+        def wake_safely(self: Any, why: Any, *, head: Any = None, guard: bool = False) -> Any:
+            return None if why.number == number else real(self, why, head=head, guard=guard)
 
         return _patched(AfterCommit, "wake_safely", wake_safely)
 

@@ -239,3 +239,27 @@ def test_time_you_can_trust_adds_no_statement_to_the_hot_paths(
     sub, n = counted_call(lambda: med.submit(contract()))
     assert sub.outcome == Outcome.QUEUED and n <= BOUND["submit (node busy) → 202"]
     assert list(tk.noticed) == []
+
+
+def test_a_queued_submit_beside_busy_candidates_reads_one_row_in_its_guard(
+    counted: tuple[Mediator, Meter, ManualClock],
+) -> None:
+    """R17 (docs/design.md "The guard's first read"; docs/performance.md "A queued submit, from
+    one client and from four"): y is busy and z, free, serves no waiting class; four runs wait
+    for y. A fifth queued submit still sends its 3 statements, and its guard's read returns one
+    row — the mark — where it returned the class, the two nodes and the five queued runs."""
+    med, meter, clock = counted
+    advert(med, "y")
+    advert(med, "z", board="z")
+    assert med.submit(contract()).outcome == Outcome.STARTED
+    for _ in range(4):
+        assert med.submit(contract()).outcome == Outcome.QUEUED
+    clock.advance(1)
+    meter.con.run("SELECT pg_stat_statements_reset()")
+    assert med.submit(contract()).outcome == Outcome.QUEUED
+    rows = meter.con.run(
+        "SELECT query, calls, rows FROM pg_stat_statements WHERE dbid = :d", d=meter.dbid
+    )
+    assert sum(int(calls) for _, calls, _ in rows) <= BOUND["submit (node busy) → 202"]
+    guard = [(int(calls), int(n)) for q, calls, n in rows if "'mark' AS part" in q]
+    assert guard == [(1, 1)]

@@ -13,7 +13,7 @@ import pytest
 
 import mediator.flows.sweep as sweep_flow
 from mediator import Config, ConfigError, Mediator, Outcome
-from mediator.store.tx import SweepHead
+from mediator.store.tx import SweepHead, Tx
 from tests.db.conftest import advert, contract
 
 
@@ -209,9 +209,9 @@ def test_startup_wakes_the_queue_once(dsn, clock, tmp_path, monkeypatch):
     calls = []
     original = sweep_flow.wake_queued
 
-    def counting(ctx, first=None):
+    def counting(ctx, first=None, guard=None):
         calls.append(1)
-        return original(ctx, first)
+        return original(ctx, first, guard)
 
     monkeypatch.setattr(sweep_flow, "wake_queued", counting)
     med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path))
@@ -228,7 +228,7 @@ def test_r16_a_failing_wake_changes_neither_status_nor_body(med, monkeypatch, ca
     advert(med, "X")
     med.submit(contract("a"))
 
-    def broken(ctx, first=None):
+    def broken(ctx, first=None, guard=None):
         raise RuntimeError("sweep exploded")
 
     monkeypatch.setattr(sweep_flow, "sweep", broken)
@@ -241,7 +241,7 @@ def test_r16_a_failing_wake_changes_neither_status_nor_body(med, monkeypatch, ca
 
 
 def test_r16_a_failing_startup_wake_does_not_stop_startup(dsn, clock, tmp_path, monkeypatch):
-    def broken(ctx, first=None):
+    def broken(ctx, first=None, guard=None):
         raise RuntimeError("no promotions today")
 
     monkeypatch.setattr(sweep_flow, "sweep", broken)
@@ -299,6 +299,149 @@ def test_r17_without_the_guard_the_run_waits_beside_a_free_node(dsn, clock, tmp_
     assert sub.outcome == Outcome.QUEUED and state_after == "QUEUED"
     [x] = fleet.nodes
     assert x.lease is None  # X is free and live, and b waits anyway
+
+
+# ---- R17: the guard's first read (docs/design.md R17 "The guard's first read") ----
+
+
+def test_r17_the_guard_of_a_run_whose_candidates_are_all_busy_reads_nothing_but_the_mark(med):
+    """R17: a and c hold X and Y, the only nodes with board x; Z (board z) is free. b waits for
+    x, the only class waiting. Its guard's first read finds that class with no free candidate:
+    the sweep stops there — no class learned or matched, no run examined, nothing promoted —
+    where it used to read the fleet and the queue's head and match b's class. A queued submit
+    beside a busy class therefore costs no matching, whatever the queue holds."""
+    advert(med, "X")
+    advert(med, "Y")
+    advert(med, "Z", board="z")  # free, but not a candidate: the class stays blocked
+    assert [med.submit(contract(r)).outcome for r in ("a", "c")] == [Outcome.STARTED] * 2
+    reports = []
+    med.sweep_observers.append(lambda seconds, report: reports.append(report))
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
+    [guard] = reports
+    assert guard.blocked and guard.promoted == []
+    assert (guard.classes, guard.matched, guard.examined) == (0, 0, 0)
+    assert states(med, "b") == ["QUEUED"]
+    # Any other wake still reads everything: the memo learns b's class then.
+    report = med.wake_queued()
+    assert not report.blocked and report.classes == 1
+
+
+def test_r17_another_class_that_could_start_keeps_the_guard_sweeping_in_full(med):
+    """R17: the guard stops early only if no waiting class could start — not merely its own.
+    q waits for Y (board y), whose drain is lifted by SQL, so no wake ran and q waits beside a
+    free node (as after a node returns with wake 7 off). b is then queued for the busy X: its
+    own class is blocked, q's is not, so the guard sweeps in full and promotes q, as the
+    guard's sweep always did (the simulator's gate holds this decision)."""
+    advert(med, "X")
+    advert(med, "Y", board="y", drain="graceful")
+    med.submit(contract("a"))  # X busy
+    assert med.submit(contract("q", dut={"board": "y"})).outcome == Outcome.QUEUED
+    undrain_quietly(med, "Y")
+    reports = []
+    med.sweep_observers.append(lambda seconds, report: reports.append(report))
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
+    [guard] = reports
+    assert not guard.blocked and guard.promoted == ["q"]
+    assert states(med, "q", "b") == ["RUNNING", "QUEUED"]
+
+
+def test_r17_past_64_waiting_classes_the_guard_sweeps_in_full(med):
+    """R17: the guard's test probes at most 65 waiting classes (one index probe each); with
+    more waiting it does not decide and the guard sweeps as every other wake does."""
+    keys = {f"k{i:02d}": True for i in range(66)}
+    med.advert("X", {"board": "x", **keys}, "i1")
+    med.submit(contract("a"))  # X busy
+    reports = []
+    med.sweep_observers.append(lambda seconds, report: reports.append(report))
+    for i in range(66):
+        sub = med.submit(contract(f"q{i:02d}", dut={"board": "x", f"k{i:02d}": True}))
+        assert sub.outcome == Outcome.QUEUED
+    assert [r.blocked for r in reports] == [True] * 64 + [False] * 2  # 65 and 66 classes wait
+    assert all(r.promoted == [] for r in reports)
+
+
+def test_r17_the_guard_counts_only_live_undrained_unleased_nodes_as_free(med):
+    """R17's blocked test counts as free only what the matcher does (unavailable = busy ∪
+    draining, live adverts only): X is busy, D free but draining, E free but its advert expired
+    (no wake: set by SQL) — b's guard is blocked. D's drain is then lifted, without an advert,
+    between c's fleet read and its insert: c queues (it read D draining), its guard's read sees
+    D free, is not blocked, and sweeps in full — promoting b, the older run (R6, I7)."""
+    advert(med, "X")
+    med.submit(contract("a"))  # X busy
+    advert(med, "D", drain="graceful")
+    advert(med, "E")
+    sql(med, "UPDATE nodes SET expires_at = expires_at - interval '1 day' WHERE node_id = 'E'")
+    reports = []
+    med.sweep_observers.append(lambda seconds, report: reports.append(report))
+    assert med.submit(contract("b")).outcome == Outcome.QUEUED
+    assert reports[-1].blocked
+    med._after_fleet_read = lambda run_id: undrain_quietly(med, "D")
+    assert med.submit(contract("c")).outcome == Outcome.QUEUED
+    assert not reports[-1].blocked and reports[-1].promoted == ["b"]
+    assert states(med, "b", "c") == ["RUNNING", "QUEUED"]
+
+
+@pytest.mark.parametrize(
+    "moment",
+    ["before the fleet read", "between the read and the insert", "between the insert and the "
+     "guard's read", "after the guard's read"],
+)  # fmt: skip
+def test_r17_a_release_at_any_moment_of_a_queued_submit_never_strands_the_run(
+    dsn, clock, tmp_path, monkeypatch, moment
+):
+    """R17, the lost-wakeup case, as deterministic interleavings on two connections: a holds X,
+    b is submitted, and a's result — releasing X and sweeping, on another Mediator — commits
+    at each moment of b's submit. Whichever it is, b ends RUNNING on X once both calls have
+    returned: when the release commits before the guard's read, that read sees X free and the
+    guard sweeps in full; after it, the guard may stop at its read (X busy there) and the
+    release's own sweep, reading after its commit, finds b (docs/design.md R17)."""
+    med = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "m"))
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "m"))
+    try:
+        advert(med, "X")
+        med.submit(contract("a"))
+        [step] = med.work("X")
+        claimed = med.claim("a", step.seq, "X")
+        released = []
+
+        def release():
+            if not released:
+                released.append(other.report("a", step.seq, "X", claimed.attempt, "pass"))
+
+        reports = []
+        med.sweep_observers.append(lambda seconds, report: reports.append(report))
+        if moment == "before the fleet read":
+            release()
+        elif moment == "between the read and the insert":
+            med._after_fleet_read = lambda run_id: release()
+        else:
+            real = Tx.sweep_head
+
+            def head(self, *args, guard=False, **kw):
+                if guard and moment == "between the insert and the guard's read":
+                    release()
+                out = real(self, *args, guard=guard, **kw)
+                if guard and moment == "after the guard's read":
+                    release()
+                return out
+
+            monkeypatch.setattr(Tx, "sweep_head", head)
+        sub = med.submit(contract("b"))
+        assert released and released[0].released == ("X",)
+        run = med.get_run("b")
+        assert (run.state, run.assigned) == ("RUNNING", {"dut": "X"})
+        if moment == "before the fleet read":
+            assert sub.outcome == Outcome.STARTED and reports == []
+        else:
+            assert sub.outcome == Outcome.QUEUED
+            [guard] = reports  # the release's sweep ran in `other`
+            # The guard stops at its read only when X was still busy in that read's snapshot.
+            assert guard.blocked == (moment == "after the guard's read")
+            assert guard.promoted == ([] if guard.blocked or moment.startswith("between the i")
+                                      else ["b"])  # fmt: skip
+    finally:
+        med.close()
+        other.close()
 
 
 # ---- R8/R9 under real concurrency ----
@@ -507,10 +650,10 @@ def test_wake_5_a_wake_lost_to_a_broken_connection_runs_once_the_database_answer
     assert med.submit(contract("b")).outcome == Outcome.QUEUED
     original, broken = sweep_flow.wake_queued, []
 
-    def wake_after_the_connection_broke(ctx, first=None):
+    def wake_after_the_connection_broke(ctx, first=None, guard=None):
         if not broken:  # once: between a's commit and its wake
             broken.append(terminate_other_backends(med))
-        return original(ctx, first)
+        return original(ctx, first, guard)
 
     monkeypatch.setattr(sweep_flow, "wake_queued", wake_after_the_connection_broke)
     result = finish(med, "a", "X")
@@ -560,9 +703,9 @@ def test_a_results_wake_sweeps_from_the_head_its_seal_read(med, monkeypatch):
     assert med.submit(contract("b")).outcome == Outcome.QUEUED
     handed, original = [], sweep_flow.wake_queued
 
-    def recording(ctx, first=None):
+    def recording(ctx, first=None, guard=None):
         handed.append(first)
-        return original(ctx, first)
+        return original(ctx, first, guard)
 
     monkeypatch.setattr(sweep_flow, "wake_queued", recording)
     assert finish(med, "a", "X").settled == "PASSED"
