@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
-import coverage
+from coverage.collector import Collector
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -23,16 +23,23 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def untraced() -> Iterator[None]:
-    """Pause this process's coverage measurement for the block, if one is running."""
-    cov = coverage.Coverage.current()
-    if cov is None:
+    """Pause this process's coverage measurement for the block, if one is running.
+
+    An xdist worker runs more than one measurement (coverage's own start in every child process,
+    then pytest-cov's), stacked: only the top of coverage's stack of collectors traces, and
+    ``Coverage.current()`` need not be it. So the top collector is paused and resumed — coverage's
+    own pause, the one ``Coverage.stop``/``start`` use — whoever started it.
+    """
+    stack = getattr(Collector, "_collectors", None) or []
+    top = stack[-1] if stack else None
+    if top is None:
         yield
         return
-    cov.stop()
+    top.pause()
     try:
         yield
     finally:
-        cov.start()
+        top.resume()
 
 
 def traced_once(fn: Callable[P, T]) -> Callable[P, T]:
