@@ -528,15 +528,17 @@ def _fleet_events(
     return nodes, [e for _, _, e in out]
 
 
+# The run's pre-sampled outcomes, one definition for both readers: `sim.inputs.workload` (which
+# imports this module, so they cannot live there) exports them as its own.
 class Attempt(NamedTuple):
-    """An attempt as `sim.inputs.workload.Attempt` has it (that module wraps these)."""
+    """One pre-sampled attempt of an exec step: how long it runs and what it reports."""
 
     duration_s: float
-    outcome: str
+    outcome: str  # "pass" | "fail" | "retry"
 
 
 class Answer(NamedTuple):
-    """An ask's answer as `sim.inputs.workload.Answer` has it."""
+    """The pre-sampled human answer to an ask step: after `delay_s`, ok or not."""
 
     delay_s: float
     ok: bool

@@ -20,7 +20,7 @@ import dataclasses
 import gc
 import json
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,25 +38,13 @@ from sim.inputs.scenarios import (
     Template,
     Trace,
 )
+from sim.inputs.twin import Answer as Answer  # exported: the run records are this module's API
+from sim.inputs.twin import Attempt as Attempt
 
 # Stream numbers: the first element of every spawn key (design.md §20: separate random streams).
 ARRIVALS, DURATIONS, FAILURES, ANSWERS, FLEET = range(5)
 
 PASS, FAIL, RETRY = "pass", "fail", "retry"
-
-
-class Attempt(NamedTuple):
-    """One pre-sampled attempt of an exec step: how long it runs and what it reports."""
-
-    duration_s: float
-    outcome: str  # "pass" | "fail" | "retry"
-
-
-class Answer(NamedTuple):
-    """The pre-sampled human answer to an ask step: after `delay_s`, ok or not."""
-
-    delay_s: float
-    ok: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,9 +394,7 @@ def _materialize(scenario: Scenario) -> Plan:
 def _twin_plan(scenario: Scenario) -> Plan:
     parts = twin.plan_parts(scenario)
     arrivals = tuple(
-        Arrival(a.at_s, a.run_id, a.template, a.contract,
-                tuple(tuple(Attempt(*x) for x in step) for step in a.step_outcomes),
-                tuple(Answer(*x) if x is not None else None for x in a.ask_answers))
+        Arrival(a.at_s, a.run_id, a.template, a.contract, a.step_outcomes, a.ask_answers)
         for a in parts.arrivals
-    )  # fmt: skip
+    )
     return Plan(scenario, parts.nodes, arrivals, parts.fleet_events, parts.source_ids)
