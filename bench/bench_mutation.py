@@ -28,6 +28,7 @@ Run: ``.venv/bin/python bench/bench_mutation.py [--file F ...] [--tests T ...] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -39,7 +40,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mediator.pg import EmbeddedPostgres
+
 ROOT = Path(__file__).resolve().parents[1]
+# The flows are judged by the database tier's tests that drive them in this process (mutmut runs,
+# for each mutant, only those of them that reach the mutated function); not the ones that start a
+# server or enode process (a child runs the unmutated code), nor the fuzzer.
+FLOW_TESTS = tuple(
+    f"tests/db/test_{name}.py"
+    for name in (
+        "actions api event_order fleet_history floods gaps lifecycle node_id_errors "
+        "promote_statement records_after_commit result_race run_counts statement_counts store "
+        "store_cursors submit wake width_exact"
+    ).split()
+)
 TESTS: dict[str, tuple[str, ...]] = {
     "mediator/core/match.py": (
         "tests/unit/test_match.py",
@@ -61,10 +75,10 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_progress.py",
         "tests/unit/test_progress_decisions.py",
     ),
-    "mediator/flows/sweep.py": ("tests/db/test_wake.py", "tests/db/test_promote_statement.py"),
-    "mediator/flows/submit.py": ("tests/db/test_submit.py", "tests/db/test_width_exact.py"),
-    "mediator/flows/advert.py": ("tests/db/test_lifecycle.py", "tests/db/test_wake.py"),
-    "mediator/flows/steps.py": ("tests/db/test_lifecycle.py", "tests/db/test_result_race.py"),
+    "mediator/flows/sweep.py": FLOW_TESTS,
+    "mediator/flows/submit.py": FLOW_TESTS,
+    "mediator/flows/advert.py": FLOW_TESTS,
+    "mediator/flows/steps.py": FLOW_TESTS,
 }
 GATE = "bench/gate_judge.py"
 
@@ -96,7 +110,9 @@ def results(mutmut: str, work: Path) -> list[tuple[str, str]]:
     return re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", listed, re.M)
 
 
-def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace) -> int:
+def one_file(
+    mutmut: str, file: str, tests: list[str], args: argparse.Namespace, env: dict[str, str]
+) -> int:
     names: list[str] = []
     if args.gate:
         tests = [GATE]
@@ -109,7 +125,7 @@ def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace)
         started = time.perf_counter()
         try:
             run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *names],
-                                 cwd=work, capture_output=True, text=True,
+                                 cwd=work, capture_output=True, text=True, env=env,
                                  timeout=args.budget or None)  # fmt: skip
             failed = run.returncode != 0
             tail = run.stdout[-3000:] + run.stderr[-3000:]
@@ -162,13 +178,22 @@ def main() -> int:
     if mutmut is None:
         print("bench_mutation: mutmut is not installed (pip install -e '.[dev]')", file=sys.stderr)
         return 2
-    rc = 0
-    for file in args.file or list(TESTS):
-        tests = args.tests or list(TESTS.get(file, ()))
-        if not tests and not args.gate:
-            print(f"bench_mutation: no tests known for {file}: pass --tests", file=sys.stderr)
-            return 2
-        rc = max(rc, one_file(mutmut, file, tests, args))
+    # One PostgreSQL cluster for the whole run: every mutant's pytest session (a fork running the
+    # tests that reach the mutated function) would otherwise start its own, which costs more than
+    # the tests of most mutants. The sessions share it through MEDIATOR_TEST_DATABASE_URL, each
+    # with its own schema template and databases (tests/conftest.py).
+    env = dict(os.environ)
+    with contextlib.ExitStack() as stack:
+        if "MEDIATOR_TEST_DATABASE_URL" not in env:
+            cluster = stack.enter_context(EmbeddedPostgres(database="postgres"))
+            env["MEDIATOR_TEST_DATABASE_URL"] = cluster.url("postgres")
+        rc = 0
+        for file in args.file or list(TESTS):
+            tests = args.tests or list(TESTS.get(file, ()))
+            if not tests and not args.gate:
+                print(f"bench_mutation: no tests known for {file}: pass --tests", file=sys.stderr)
+                return 2
+            rc = max(rc, one_file(mutmut, file, tests, args, env))
     return rc
 
 
