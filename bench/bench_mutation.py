@@ -120,7 +120,7 @@ def one_file(
             reached = [n for n, s in results(mutmut, Path(args.from_dir)) if s in
                        ("killed", "survived")]  # fmt: skip
             names = sorted(random.Random(args.seed).sample(reached, min(args.sample, len(reached))))
-    work = workdir(file, tests)
+    work = Path(args.resume) if args.resume else workdir(file, tests)
     try:
         started = time.perf_counter()
         try:
@@ -173,7 +173,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1, help="with --sample: which ones")
     ap.add_argument("--from", dest="from_dir", help="a kept fast run's work folder")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (mutmut show)")
+    ap.add_argument("--resume", help="go on in a kept work folder (one --file; what finished "
+                    "there stands)")  # fmt: skip
     args = ap.parse_args()
+    if args.resume:
+        args.keep = True
     mutmut = mutmut_bin()
     if mutmut is None:
         print("bench_mutation: mutmut is not installed (pip install -e '.[dev]')", file=sys.stderr)
