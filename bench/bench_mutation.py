@@ -49,11 +49,12 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOW_TESTS = tuple(
     f"tests/db/test_{name}.py"
     for name in (
-        "actions api event_order fleet_history floods gaps lifecycle node_id_errors "
-        "promote_statement records_after_commit result_race run_counts statement_counts store "
-        "store_cursors submit wake width_exact"
-    ).split()
-)
+        "actions", "api", "event_order", "fleet_history", "floods", "gaps", "lifecycle",
+        "node_id_errors", "promote_statement", "records_after_commit", "result_race",
+        "run_counts", "statement_counts", "store", "store_cursors", "submit", "wake",
+        "width_exact",
+    )
+)  # fmt: skip
 TESTS: dict[str, tuple[str, ...]] = {
     "mediator/core/match.py": (
         "tests/unit/test_match.py",
