@@ -76,7 +76,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_progress.py",
         "tests/unit/test_progress_decisions.py",
     ),
-    "mediator/flows/sweep.py": FLOW_TESTS,
+    "mediator/flows/sweep.py": (*FLOW_TESTS, "tests/unit/test_sweep_memo.py"),
     "mediator/flows/submit.py": FLOW_TESTS,
     "mediator/flows/advert.py": FLOW_TESTS,
     "mediator/flows/steps.py": FLOW_TESTS,

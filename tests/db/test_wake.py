@@ -527,6 +527,47 @@ def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeyp
     assert [s.node_id for s in med.get_run("w").steps] == ["", ""]
 
 
+def test_r8_a_run_cancelled_just_before_its_promotion_is_not_reported_promoted(
+    dsn, med, clock, tmp_path, monkeypatch
+):
+    """R8: another process cancels the run between the sweep's read and its promotion; the
+    conditional update matches nothing, so the sweep reports nothing promoted and the run keeps
+    no lease."""
+    advert(med, "X", drain="graceful")
+    med.submit(contract("w"))
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        undrain_quietly(med, "X")
+        original = sweep_flow.promote
+
+        def promote_after_cancel(ctx, run_id, res, needs, by_id):
+            if ctx is med.ctx:
+                other.cancel(run_id)
+            return original(ctx, run_id, res, needs, by_id)
+
+        monkeypatch.setattr(sweep_flow, "promote", promote_after_cancel)
+        report = med.wake_queued()
+    finally:
+        other.close()
+    assert report.promoted == []
+    assert med.get_run("w").state == "FAILED"
+    assert sql(med, "SELECT node_id FROM leases WHERE run_id = 'w'") == []
+
+
+def test_a_promotion_records_its_assignment_and_a_lease_granted_per_node(med):
+    """docs/design.md §13: a promotion's events are ``promoted`` with the roles' nodes, then one
+    ``lease_granted`` per node, naming it (what /v1/events streams and the panel shows)."""
+    advert(med, "N1", board="x", drain="graceful")
+    advert(med, "N2", scope=True, drain="graceful")
+    med.submit(contract("w", dut={"board": "x"}, bench={"scope": True}))
+    undrain_quietly(med, "N1", "N2")
+    assert med.wake_queued().promoted == ["w"]
+    rows = sql(med, "SELECT kind, node_id, data FROM events WHERE run_id = 'w' ORDER BY id")
+    assert [r[0] for r in rows] == ["submitted", "promoted", "lease_granted", "lease_granted"]
+    assert rows[1][1:] == ("", {"assigned": {"bench": "N2", "dut": "N1"}})
+    assert sorted(r[1:] for r in rows[2:]) == [("N1", {}), ("N2", {})]
+
+
 def test_i3_queued_runs_never_hold_anything_after_a_busy_day(med, clock):
     """I3, checked by SQL after a mixed sequence of submits, results, cancels and sweeps."""
     advert(med, "X")
