@@ -101,8 +101,18 @@ def workdir(file: str, tests: list[str]) -> Path:
         # would shadow the installed one with only that file in it
         "also_copy=mediator\n    sim\n    tests\n    bench\n    sim-baseline\n    pyproject.toml\n"
         f"pytest_add_cli_args_test_selection={listed}\n"
+        # a mutant that loops spends (its tests' time + 1 s) × this × 2 of CPU before it is
+        # stopped (counted killed, "timeout"); mutmut's 15 made one such mutant cost minutes
+        "timeout_multiplier=3\n"
     )
     return work
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n: what a sample's score says of the file's."""
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
 
 
 def results(mutmut: str, work: Path) -> list[tuple[str, str]]:
@@ -124,6 +134,14 @@ def one_file(
     work = Path(args.resume) if args.resume else workdir(file, tests)
     try:
         started = time.perf_counter()
+        if not args.gate and args.sample_tests:
+            # A uniform sample of the file's mutants: mutmut generates them all and maps the
+            # tests to functions (a name that matches none runs nothing else), then runs these.
+            subprocess.run([mutmut, "run", "--max-children", str(args.jobs), "no-such-mutant*"],
+                           cwd=work, capture_output=True, env=env, check=True)  # fmt: skip
+            every = [n for n, _ in results(mutmut, work)]
+            names = sorted(random.Random(args.seed).sample(every, min(args.sample_tests,
+                                                                      len(every))))  # fmt: skip
         try:
             run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *names],
                                  cwd=work, capture_output=True, text=True, env=env,
@@ -141,7 +159,8 @@ def one_file(
         if names:
             found = [(n, s) for n, s in found if n in set(names)]
         status = Counter(s for _, s in found)
-        killed, survived = status["killed"], status["survived"]
+        # a mutant stopped for running too long is killed (mutmut's own score counts it so)
+        killed, survived = status["killed"] + status["timeout"], status["survived"]
         judge = "the gate (all sim-baseline cases)" if args.gate else ", ".join(tests)
         print(f"mutation testing of {file} judged by {judge}")
         print(f"  {len(found)} mutants in {took:.0f} s ({args.jobs} worker(s), load average "
@@ -150,6 +169,9 @@ def one_file(
         if killed + survived:
             print(f"  score: {killed} / {killed + survived} = {killed / (killed + survived):.1%} "
                   "of the mutants the tests reach are killed")  # fmt: skip
+            if names:
+                lo, hi = wilson(killed, killed + survived)
+                print(f"  (a sample: 95 % Wilson interval {lo:.1%}–{hi:.1%})")
         print("  survivors by function:")
         for fn, n in Counter(f.rsplit("__mutmut_", 1)[0] for f, s in found
                              if s == "survived").most_common():  # fmt: skip
@@ -171,6 +193,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.0, help="seconds per file (0: no limit)")
     ap.add_argument("--gate", action="store_true", help="judge by the scheduler gate")
     ap.add_argument("--sample", type=int, default=30, help="with --gate --from: mutants judged")
+    ap.add_argument("--sample-tests", type=int, default=0, help="without --gate: judge this "
+                    "many of the file's mutants, drawn uniformly (0: every one)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1, help="with --sample: which ones")
     ap.add_argument("--from", dest="from_dir", help="a kept fast run's work folder")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (mutmut show)")
