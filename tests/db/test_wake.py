@@ -568,6 +568,25 @@ def test_a_promotion_records_its_assignment_and_a_lease_granted_per_node(med):
     assert sorted(r[1:] for r in rows[2:]) == [("N1", {}), ("N2", {})]
 
 
+def test_r13_a_sweep_with_no_free_node_builds_no_index_and_matches_nothing(med, monkeypatch):
+    """R13's cost argument (docs/design.md §6): with every node busy a sweep reads the queue and
+    the fleet once and stops — no candidate index is built, no class matched."""
+    advert(med, "X")
+    assert med.submit(contract("holder")).outcome == Outcome.STARTED
+    assert med.submit(contract("q")).outcome == Outcome.QUEUED
+    built = []
+    real = sweep_flow.AdvertIndex
+
+    def counting(adverts):
+        built.append(1)
+        return real(adverts)
+
+    monkeypatch.setattr(sweep_flow, "AdvertIndex", counting)
+    report = med.wake_queued()
+    assert (report.promoted, report.matched, built) == ([], 0, [])
+    assert med.get_run("q").state == "QUEUED"
+
+
 def test_i3_queued_runs_never_hold_anything_after_a_busy_day(med, clock):
     """I3, checked by SQL after a mixed sequence of submits, results, cancels and sweeps."""
     advert(med, "X")
