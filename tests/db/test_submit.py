@@ -287,3 +287,25 @@ def test_event_kinds_the_database_accepts_are_exactly_the_documented_vocabulary(
         ).fetchone()
     assert kinds == set(EVENT_KINDS)
     assert queued == ("QUEUED",)
+
+
+def test_a_malformed_contract_without_a_run_id_is_refused_without_a_read(med, monkeypatch):
+    """R3 first, at no cost when it cannot apply: a contract that does not parse is answered by
+    the run its ``run_id`` names (read once), and one without a usable ``run_id`` is refused
+    (400) without reading anything."""
+    from mediator.flows import reads
+
+    read, real = [], reads.read_run
+
+    def counting(ctx, run_id):
+        read.append(run_id)
+        return real(ctx, run_id)
+
+    monkeypatch.setattr(reads, "read_run", counting)
+    for doc in ({"roles": "nope"}, {"run_id": "../x", "roles": "nope"}):
+        with pytest.raises(ContractError):
+            med.submit(doc)
+    assert read == []
+    with pytest.raises(ContractError):
+        med.submit({"run_id": "r-1", "roles": "nope"})  # no such run: refused after one read
+    assert read == ["r-1"]
