@@ -78,7 +78,7 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
     "mediator/flows/sweep.py": (*FLOW_TESTS, "tests/unit/test_sweep_memo.py"),
     "mediator/flows/submit.py": FLOW_TESTS,
-    "mediator/flows/advert.py": FLOW_TESTS,
+    "mediator/flows/advert.py": (*FLOW_TESTS, "tests/adversarial/test_python_interface.py"),
     "mediator/flows/steps.py": FLOW_TESTS,
 }
 GATE = "bench/gate_judge.py"

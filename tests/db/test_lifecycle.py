@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from mediator import Config, Conflict, Forbidden, Mediator, Outcome
+from mediator import Config, Conflict, ContractError, Forbidden, Mediator, Outcome
 from tests.db.conftest import EPOCH, advert, contract
 
 
@@ -275,9 +275,43 @@ def test_restart_after_a_step_ran_loses_the_run_and_wakes(med, wakes):
     med.advert("X", {"board": "x"}, "new")
     assert med.get_run("a").verdict == "lost"
     assert wakes == [1]
+    # the restart's decision is on record: a settled, then its lease released, in one commit
+    kinds = [k for (k,) in sql(med, "SELECT kind FROM events WHERE run_id = 'a' ORDER BY id")]
+    assert kinds[-2:] == ["settled", "lease_released"], kinds
     assert med.get_run("b").state == "RUNNING"
     with pytest.raises(Conflict):
         med.report("a", 0, "X", s.attempt, "pass", instance="old")
+
+
+def test_restart_of_a_node_kept_for_a_cancelled_runs_claimed_step_frees_it(med, wakes):
+    """docs/design.md §10, I2's exception then restart detection: a cancel keeps X for the step
+    it had claimed (its daemon may still be running it); when X's daemon comes back as a new
+    instance that step will never report, so it is skipped, X's lease is released with reason
+    ``restart`` and the run waiting for X starts (wake 4)."""
+    med.advert("X", {"board": "x"}, "old")
+    med.submit(chain("a", "one"))
+    med.claim("a", 0, "X")
+    med.cancel("a")
+    assert med.submit(chain("b", "one")).outcome == Outcome.QUEUED  # X is still a's
+    wakes.clear()
+    med.advert("X", {"board": "x"}, "new")
+    assert [s.state for s in med.get_run("a").steps] == ["SKIPPED"]
+    assert med.get_run("b").state == "RUNNING" and wakes == [1]
+    released = sql(med, "SELECT node_id, data FROM events WHERE run_id = 'a' "
+                        "AND kind = 'lease_released'")  # fmt: skip
+    assert released == [("X", {"reason": "restart"})]
+
+
+def test_an_advert_label_is_kept_to_200_characters_and_refused_past_them_naming_it(med):
+    """An advert's ``label`` (what the panel shows beside the id): none given is empty, 200
+    characters are kept as sent, 201 are refused (400) naming ``label``, the node unchanged."""
+    med.advert("X", {"board": "x"}, "i1")
+    assert [n.label for n in med.list_nodes().nodes] == [""]
+    med.advert("X", {"board": "x"}, "i1", label="l" * 200)
+    with pytest.raises(ContractError) as e:
+        med.advert("X", {"board": "x"}, "i1", label="m" * 201)
+    assert e.value.field == "label"
+    assert [n.label for n in med.list_nodes().nodes] == ["l" * 200]
 
 
 def test_restart_before_anything_ran_rebinds_the_lease(med):
