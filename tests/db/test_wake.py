@@ -119,6 +119,7 @@ def test_wake_with_lease_ttl_0_errors_before_anything(dsn, clock, tmp_path):
         with pytest.raises(ConfigError) as e:
             med.wake_queued()
         assert e.value.field == "lease_ttl_seconds"
+        assert "lease_ttl_seconds must be greater than 0 to promote queued runs" in str(e.value)
         assert med.get_run("q").state == "QUEUED"
     finally:
         med.close()
@@ -146,13 +147,18 @@ def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
         q = med.submit(contract("q", **wide))
         # r1: N1, N2 both busy → ALL_BUSY
         assert (q.outcome, q.run.state) == (Outcome.QUEUED, "QUEUED")
+        assert med.submit(contract("q2", **wide)).outcome == Outcome.QUEUED  # the same class
         finish(med, "h2", "N2")  # N2 frees: r1 → N2, r2 → N3: width 2 > 1 → TOO_WIDE
         assert med.get_run("q").state == "QUEUED"
-        assert "q" in med.wake_queued().too_wide
+        report = med.wake_queued()
+        assert report.too_wide == ["q", "q2"]
+        # §6: one class, decided once per sweep while nothing changed (q2 reuses q's answer)
+        assert report.matched <= 1
         for seq_node in ("N1", "N1"):
             finish(med, "h1", seq_node)  # N1 frees: both roles fold onto N1, width 1
         run = med.get_run("q")
         assert run.state == "RUNNING" and run.assigned == {"r1": "N1", "r2": "N1"}
+        assert med.get_run("q2").state == "QUEUED"  # N1 is q's now; N2 + N3 are too wide
     finally:
         med.close()
 
