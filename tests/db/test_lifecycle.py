@@ -337,6 +337,7 @@ def test_a_result_from_the_old_instance_is_refused_before_restart_detection_ends
     with pytest.raises(Conflict) as e:
         med.report("a", 0, "X", s.attempt, "pass", instance="old")
     assert e.value.code == "stale_instance"
+    assert e.value.message == "This result comes from a stale daemon instance."
 
 
 def test_a_refused_claim_and_a_refused_result_say_why(med):
@@ -363,6 +364,38 @@ def test_a_refused_claim_and_a_refused_result_say_why(med):
     with pytest.raises(Conflict) as c:
         med.claim("a", 0, "X")
     assert c.value.code == "run_ended"
+
+
+def test_an_advert_instance_and_drain_are_checked_naming_the_field(med):
+    """An advert's ``instance`` is a non-empty string of at most 128 characters and its drain
+    one of the three policies: anything else is refused (400) naming the field, nothing kept."""
+    med.advert("X", {"board": "x"}, "i" * 128)
+    for instance in ("", "i" * 129):
+        with pytest.raises(ContractError) as e:
+            med.advert("X", {"board": "x"}, instance)
+        assert (e.value.field, e.value.message) == (
+            "instance", "instance must be a non-empty string of at most 128 characters."
+        )
+    with pytest.raises(ContractError) as e:
+        med.advert("X", {"board": "x"}, "i1", drain="soon")
+    assert (e.value.field, e.value.message) == (
+        "policy.drain", "drain must be '', 'graceful' or 'at-boundary'."
+    )
+    assert [(n.node_id, n.drain) for n in med.list_nodes().nodes] == [("X", "")]
+
+
+def test_a_pass_result_wakes_the_queue_even_when_it_frees_no_node(med, wakes):
+    """docs/design.md §9: after every result's commit the queue is swept (wake 1) — a pass in
+    the middle of a run too, which ends its step (PASSED) and frees nothing yet."""
+    med.advert("X", {"board": "x"}, "i1")
+    med.submit(chain("a", "one", "two"))
+    s = med.claim("a", 0, "X")
+    wakes.clear()
+    r = med.report("a", 0, "X", s.attempt, "pass")
+    assert (r.step_state, r.released, r.settled) == ("PASSED", (), "")
+    assert wakes == [1]
+    s = med.claim("a", 1, "X")
+    assert med.report("a", 1, "X", s.attempt, "fail").step_state == "FAILED"
 
 
 def test_restart_before_anything_ran_rebinds_the_lease(med):
