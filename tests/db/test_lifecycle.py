@@ -374,12 +374,14 @@ def test_an_advert_instance_and_drain_are_checked_naming_the_field(med):
         with pytest.raises(ContractError) as e:
             med.advert("X", {"board": "x"}, instance)
         assert (e.value.field, e.value.message) == (
-            "instance", "instance must be a non-empty string of at most 128 characters."
+            "instance",
+            "instance must be a non-empty string of at most 128 characters.",
         )
     with pytest.raises(ContractError) as e:
         med.advert("X", {"board": "x"}, "i1", drain="soon")
     assert (e.value.field, e.value.message) == (
-        "policy.drain", "drain must be '', 'graceful' or 'at-boundary'."
+        "policy.drain",
+        "drain must be '', 'graceful' or 'at-boundary'.",
     )
     assert [(n.node_id, n.drain) for n in med.list_nodes().nodes] == [("X", "")]
 
