@@ -28,6 +28,7 @@ Run: ``.venv/bin/python bench/bench_mutation.py [--file F ...] [--tests T ...] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -39,7 +40,21 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mediator.pg import EmbeddedPostgres
+
 ROOT = Path(__file__).resolve().parents[1]
+# The flows are judged by the database tier's tests that drive them in this process (mutmut runs,
+# for each mutant, only those of them that reach the mutated function); not the ones that start a
+# server or enode process (a child runs the unmutated code), nor the fuzzer.
+FLOW_TESTS = tuple(
+    f"tests/db/test_{name}.py"
+    for name in (
+        "actions", "api", "event_order", "fleet_history", "floods", "gaps", "lifecycle",
+        "node_id_errors", "promote_statement", "records_after_commit", "result_race",
+        "run_counts", "statement_counts", "store", "store_cursors", "submit", "wake",
+        "width_exact",
+    )
+)  # fmt: skip
 TESTS: dict[str, tuple[str, ...]] = {
     "mediator/core/match.py": (
         "tests/unit/test_match.py",
@@ -61,10 +76,10 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/unit/test_progress.py",
         "tests/unit/test_progress_decisions.py",
     ),
-    "mediator/flows/sweep.py": ("tests/db/test_wake.py", "tests/db/test_promote_statement.py"),
-    "mediator/flows/submit.py": ("tests/db/test_submit.py", "tests/db/test_width_exact.py"),
-    "mediator/flows/advert.py": ("tests/db/test_lifecycle.py", "tests/db/test_wake.py"),
-    "mediator/flows/steps.py": ("tests/db/test_lifecycle.py", "tests/db/test_result_race.py"),
+    "mediator/flows/sweep.py": (*FLOW_TESTS, "tests/unit/test_sweep_memo.py"),
+    "mediator/flows/submit.py": FLOW_TESTS,
+    "mediator/flows/advert.py": (*FLOW_TESTS, "tests/adversarial/test_python_interface.py"),
+    "mediator/flows/steps.py": FLOW_TESTS,
 }
 GATE = "bench/gate_judge.py"
 
@@ -86,8 +101,18 @@ def workdir(file: str, tests: list[str]) -> Path:
         # would shadow the installed one with only that file in it
         "also_copy=mediator\n    sim\n    tests\n    bench\n    sim-baseline\n    pyproject.toml\n"
         f"pytest_add_cli_args_test_selection={listed}\n"
+        # a mutant that loops spends (its tests' time + 1 s) × this × 2 of CPU before it is
+        # stopped (counted killed, "timeout"); mutmut's 15 made one such mutant cost minutes
+        "timeout_multiplier=3\n"
     )
     return work
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k/n: what a sample's score says of the file's."""
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5
+    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
 
 
 def results(mutmut: str, work: Path) -> list[tuple[str, str]]:
@@ -96,7 +121,9 @@ def results(mutmut: str, work: Path) -> list[tuple[str, str]]:
     return re.findall(r"^\s*(\S+__mutmut_\d+): (.+)$", listed, re.M)
 
 
-def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace) -> int:
+def one_file(
+    mutmut: str, file: str, tests: list[str], args: argparse.Namespace, env: dict[str, str]
+) -> int:
     names: list[str] = []
     if args.gate:
         tests = [GATE]
@@ -104,12 +131,21 @@ def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace)
             reached = [n for n, s in results(mutmut, Path(args.from_dir)) if s in
                        ("killed", "survived")]  # fmt: skip
             names = sorted(random.Random(args.seed).sample(reached, min(args.sample, len(reached))))
-    work = workdir(file, tests)
+    work = Path(args.resume) if args.resume else workdir(file, tests)
     try:
         started = time.perf_counter()
+        if not args.gate and args.sample_tests:
+            # A uniform sample of the file's mutants: mutmut generates them all and maps the
+            # tests to functions, then stops at a name that matches none (its exit status says
+            # so, and is not an error here); then these run.
+            subprocess.run([mutmut, "run", "--max-children", str(args.jobs), "no-such-mutant*"],
+                           cwd=work, capture_output=True, env=env, check=False)  # fmt: skip
+            every = [n for n, _ in results(mutmut, work)]
+            names = sorted(random.Random(args.seed).sample(every, min(args.sample_tests,
+                                                                      len(every))))  # fmt: skip
         try:
             run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *names],
-                                 cwd=work, capture_output=True, text=True,
+                                 cwd=work, capture_output=True, text=True, env=env,
                                  timeout=args.budget or None)  # fmt: skip
             failed = run.returncode != 0
             tail = run.stdout[-3000:] + run.stderr[-3000:]
@@ -124,7 +160,8 @@ def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace)
         if names:
             found = [(n, s) for n, s in found if n in set(names)]
         status = Counter(s for _, s in found)
-        killed, survived = status["killed"], status["survived"]
+        # a mutant stopped for running too long is killed (mutmut's own score counts it so)
+        killed, survived = status["killed"] + status["timeout"], status["survived"]
         judge = "the gate (all sim-baseline cases)" if args.gate else ", ".join(tests)
         print(f"mutation testing of {file} judged by {judge}")
         print(f"  {len(found)} mutants in {took:.0f} s ({args.jobs} worker(s), load average "
@@ -133,6 +170,9 @@ def one_file(mutmut: str, file: str, tests: list[str], args: argparse.Namespace)
         if killed + survived:
             print(f"  score: {killed} / {killed + survived} = {killed / (killed + survived):.1%} "
                   "of the mutants the tests reach are killed")  # fmt: skip
+            if names:
+                lo, hi = wilson(killed, killed + survived)
+                print(f"  (a sample: 95 % Wilson interval {lo:.1%}–{hi:.1%})")
         print("  survivors by function:")
         for fn, n in Counter(f.rsplit("__mutmut_", 1)[0] for f, s in found
                              if s == "survived").most_common():  # fmt: skip
@@ -154,21 +194,36 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.0, help="seconds per file (0: no limit)")
     ap.add_argument("--gate", action="store_true", help="judge by the scheduler gate")
     ap.add_argument("--sample", type=int, default=30, help="with --gate --from: mutants judged")
+    ap.add_argument("--sample-tests", type=int, default=0, help="without --gate: judge this "
+                    "many of the file's mutants, drawn uniformly (0: every one)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1, help="with --sample: which ones")
     ap.add_argument("--from", dest="from_dir", help="a kept fast run's work folder")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (mutmut show)")
+    ap.add_argument("--resume", help="go on in a kept work folder (one --file; what finished "
+                    "there stands)")  # fmt: skip
     args = ap.parse_args()
+    if args.resume:
+        args.keep = True
     mutmut = mutmut_bin()
     if mutmut is None:
         print("bench_mutation: mutmut is not installed (pip install -e '.[dev]')", file=sys.stderr)
         return 2
-    rc = 0
-    for file in args.file or list(TESTS):
-        tests = args.tests or list(TESTS.get(file, ()))
-        if not tests and not args.gate:
-            print(f"bench_mutation: no tests known for {file}: pass --tests", file=sys.stderr)
-            return 2
-        rc = max(rc, one_file(mutmut, file, tests, args))
+    # One PostgreSQL cluster for the whole run: every mutant's pytest session (a fork running the
+    # tests that reach the mutated function) would otherwise start its own, which costs more than
+    # the tests of most mutants. The sessions share it through MEDIATOR_TEST_DATABASE_URL, each
+    # with its own schema template and databases (tests/conftest.py).
+    env = dict(os.environ)
+    with contextlib.ExitStack() as stack:
+        if "MEDIATOR_TEST_DATABASE_URL" not in env:
+            cluster = stack.enter_context(EmbeddedPostgres(database="postgres"))
+            env["MEDIATOR_TEST_DATABASE_URL"] = cluster.url("postgres")
+        rc = 0
+        for file in args.file or list(TESTS):
+            tests = args.tests or list(TESTS.get(file, ()))
+            if not tests and not args.gate:
+                print(f"bench_mutation: no tests known for {file}: pass --tests", file=sys.stderr)
+                return 2
+            rc = max(rc, one_file(mutmut, file, tests, args, env))
     return rc
 
 

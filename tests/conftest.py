@@ -51,12 +51,15 @@ def examples(n: int) -> int:
     return n if per_hundred >= 100 else max(5, n * per_hundred // 100)
 
 
-TEMPLATE = "mediator_template"
 _counter = itertools.count()
 
 
 class Cluster:
     def __init__(self) -> None:
+        # The schema template, one per pytest session: sessions that share one server through
+        # ``MEDIATOR_TEST_DATABASE_URL`` (bench/bench_mutation.py judges mutants side by side on
+        # one cluster) must not drop each other's template while another clones it.
+        self.template = f"mediator_template_{os.getpid()}"
         url = os.environ.get("MEDIATOR_TEST_DATABASE_URL")
         self.embedded: EmbeddedPostgres | None = None
         if url:
@@ -65,9 +68,9 @@ class Cluster:
         else:
             self.embedded = EmbeddedPostgres(database="postgres")
             self._admin = self.embedded.dsn("postgres")
-        admin_execute(self._admin, f'DROP DATABASE IF EXISTS "{TEMPLATE}"')
-        admin_execute(self._admin, f'CREATE DATABASE "{TEMPLATE}"')
-        load_schema(self.dsn(TEMPLATE))
+        admin_execute(self._admin, f'DROP DATABASE IF EXISTS "{self.template}"')
+        admin_execute(self._admin, f'CREATE DATABASE "{self.template}"')
+        load_schema(self.dsn(self.template))
 
     def dsn(self, database: str) -> str:
         if self.embedded is not None:
@@ -82,7 +85,7 @@ class Cluster:
     def fresh_database(self) -> str:
         name = f"t{os.getpid()}_{next(_counter)}"
         admin_execute(
-            self._admin, f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}" STRATEGY FILE_COPY'
+            self._admin, f'CREATE DATABASE "{name}" TEMPLATE "{self.template}" STRATEGY FILE_COPY'
         )
         return name
 
@@ -92,6 +95,8 @@ class Cluster:
     def stop(self) -> None:
         if self.embedded is not None:
             self.embedded.stop()
+        else:
+            admin_execute(self._admin, f'DROP DATABASE IF EXISTS "{self.template}"')
 
 
 @pytest.fixture(scope="session")

@@ -195,8 +195,7 @@ class SweepMemo:
                 changed = changed_capabilities(self._fleet, seen)
                 if changed:
                     for key in self._index.touched(changed) & self._needs.keys():
-                        self._answers.pop(key, None)
-                        self._unknown.add(key)
+                        self._unknown.add(key)  # re-matched below, its answer replaced
                         self._open.add(key)
             self._fleet, self._width = seen, max_width
             for key in self._unknown:

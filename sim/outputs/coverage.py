@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -95,6 +96,33 @@ def _last_candidate() -> contextlib.AbstractContextManager[None]:
         return max(t for t in ranked if t[0] == best)
 
     return _patched(m, "min", pick)  # the module-level name step 4 calls
+
+
+def _no_reuse() -> contextlib.AbstractContextManager[None]:
+    """§4 step 3: a role some chosen node serves is not folded onto it; step 4 picks afresh
+    (the width is still counted per choice)."""
+    import mediator.core.match as m
+
+    def first(items: Any, *default: Any) -> Any:
+        if default:  # step 3's next(..., None) over the chosen nodes: "none serves it"
+            return default[0]
+        return builtins.next(items)  # the exact search's own next(...): untouched
+
+    return _patched(m, "next", first)
+
+
+def _exact_order_flipped() -> contextlib.AbstractContextManager[None]:
+    """§4 "Width, exactly": the exact search tries, per role, the candidates serving *fewer*
+    later roles first (step 4's order turned round; ties still by node_id), so among narrowest
+    assignments that tie it returns another."""
+    import mediator.core.match as m
+
+    def flipped(items: Any, *, key: Any = None, reverse: bool = False) -> Any:
+        if key is not None and isinstance(items, types.GeneratorType):  # the order per role
+            return builtins.sorted(items, key=lambda x: (-key(x)[0], *key(x)[1:]), reverse=reverse)
+        return builtins.sorted(items, key=key, reverse=reverse)
+
+    return _patched(m, "sorted", flipped)
 
 
 def _greedy_width() -> contextlib.AbstractContextManager[None]:
@@ -452,6 +480,11 @@ PLANTS: tuple[Plant, ...] = (
           "a candidate's count of later roles it serves is ignored", _no_fold_count),
     Plant("match-last-candidate", "matcher §4 step 4 (ties by node_id)",
           "among equal candidates the highest node_id is taken", _last_candidate),
+    Plant("match-no-reuse", "matcher §4 step 3 (folding onto a chosen node)",
+          "a role a chosen node serves is not folded onto it", _no_reuse),
+    Plant("exact-order-flipped", "TOO_WIDE exact: which narrowest assignment (§4)",
+          "the exact search tries candidates serving fewer later roles first",
+          _exact_order_flipped),
     Plant("width-greedy-only", "TOO_WIDE exact (R1, R10)",
           "no exact width search: a wide greedy choice is TOO_WIDE", _greedy_width),
     Plant("attempts-minus-one", "retries / max_attempts (§9)",
@@ -519,7 +552,8 @@ UNEXERCISABLE = {
 # coverage run that still agrees costs one case per plant (the others run only if it stops
 # catching it).
 CAUGHT_BY: dict[str, str] = {
-    "match-ignores-folding": "rules", "match-last-candidate": "asks",
+    "match-ignores-folding": "rules", "match-last-candidate": "asks", "match-no-reuse": "edges",
+    "exact-order-flipped": "edges",
     "width-greedy-only": "rules", "attempts-minus-one": "rules", "no-partial-release": "mixed",
     "drain-kinds-swapped": "rules", "drain-at-boundary-graceful": "rules",
     "no-restart-detection": "rules", "sweep-newest-first": "asks",

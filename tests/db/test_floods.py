@@ -361,12 +361,14 @@ def test_a_contract_past_the_width_search_budget_is_refused_at_submit_and_dry_ru
     needs (the budget) and 64 roles of equal needs are matched as before, exactly."""
     from mediator import ContractError
     from mediator.core.limits import MAX_SEARCH_NEEDS
+    from mediator.core.match import search_budget
 
     wide = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS + 1)}
     for dry in (False, True):
         with pytest.raises(ContractError) as refused:
             med.submit(contract(**wide), dry_run=dry)
         assert refused.value.field == "roles" and refused.value.code == "width_search_too_large"
+        assert refused.value.message == search_budget(contract(**wide)["roles"], 4)  # says why
     assert med.list_runs().runs == ()
     # within the budget: the exact answer (no node serves k0: NO_CANDIDATE, a rejected run)
     within = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS)}

@@ -245,6 +245,32 @@ def test_a_run_queues_while_an_able_node_expired_only_inside_a_recent_gap(med, c
     assert med.get_run("a").state == "RUNNING"
 
 
+def test_a_plugin_only_a_node_expired_inside_a_recent_gap_offers_is_not_refused(
+    med, clock, steady, tk
+):
+    """docs/design.md §4 "Actions" with §13: Y (live, busy) can fill the role but offers no
+    ``flash``; X, which does, was live when a 10 s stall began and is late since. The submit is
+    not refused ``unknown_action`` — X may be back in a moment, as for a missing node — and the
+    run queues (Y is busy)."""
+    med.advert("X", {"board": "x"}, "i1", actions=["shell", "flash"])
+    med.advert("Y", {"board": "x", "y": True}, "i1", actions=["shell"])
+    holder = med.submit(contract("holder", dut={"board": "x", "y": True}))
+    assert holder.run is not None and holder.run.assigned == {"dut": "Y"}
+    live_for(25, clock, steady, tk)
+    steady.t += 10
+    clock.advance(10)  # a stall of 10 s: both adverts end inside it
+    assert tk.settle() == pytest.approx(10)
+    live_for(6, clock, steady, tk)
+    med.advert("Y", {"board": "x", "y": True}, "i1", actions=["shell"])  # Y is back; X is not
+    assert live(med) == ["Y"]
+    doc = contract("a", dut={"board": "x"})
+    doc["steps"][0].update({"uses": "flash", "with": {"image": "fw.bin"}})
+
+    sub = med.submit(doc)
+
+    assert sub.outcome == Outcome.QUEUED, sub.body()
+
+
 def test_a_node_that_died_before_the_gap_gets_nothing_back(med, clock, steady, tk):
     """Z's advert ended before the stall began: the stall does not bring it back, and a run only
     Z could serve is refused as before (no queue for a node that was already gone)."""

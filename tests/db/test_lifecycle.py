@@ -12,7 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from mediator import Config, Conflict, Forbidden, Mediator, Outcome
+from mediator import Config, Conflict, ContractError, Forbidden, Mediator, NotFound, Outcome
+from mediator.flows.steps import MAX_LOG
 from tests.db.conftest import EPOCH, advert, contract
 
 
@@ -136,6 +137,7 @@ def test_r15_retry_rolls_back_without_release_or_wake(med, wakes):
     wakes.clear()
     r = med.report("a", 0, "X", s.attempt, "retry", log="try again\n")
     assert (r.rolled, r.released) == (True, ())
+    assert r.to_dict() == {"settled": "", "rolled": True, "released": [], "step_state": "PENDING"}
     assert wakes == []
     step = med.get_run("a").steps[0]
     assert (step.state, step.attempt) == ("PENDING", 1)
@@ -275,9 +277,127 @@ def test_restart_after_a_step_ran_loses_the_run_and_wakes(med, wakes):
     med.advert("X", {"board": "x"}, "new")
     assert med.get_run("a").verdict == "lost"
     assert wakes == [1]
+    # the restart's decision is on record: a settled, then its lease released, in one commit
+    kinds = [k for (k,) in sql(med, "SELECT kind FROM events WHERE run_id = 'a' ORDER BY id")]
+    assert kinds[-2:] == ["settled", "lease_released"], kinds
+    settled = sql(med, "SELECT node_id FROM events WHERE run_id = 'a' AND kind = 'settled'")
+    assert settled == [("",)]  # a run's own event names no node
     assert med.get_run("b").state == "RUNNING"
     with pytest.raises(Conflict):
         med.report("a", 0, "X", s.attempt, "pass", instance="old")
+
+
+def test_restart_of_a_node_kept_for_a_cancelled_runs_claimed_step_frees_it(med, wakes):
+    """docs/design.md §10, I2's exception then restart detection: a cancel keeps X for the step
+    it had claimed (its daemon may still be running it); when X's daemon comes back as a new
+    instance that step will never report, so it is skipped, X's lease is released with reason
+    ``restart`` and the run waiting for X starts (wake 4)."""
+    med.advert("X", {"board": "x"}, "old")
+    med.submit(chain("a", "one"))
+    med.claim("a", 0, "X")
+    med.cancel("a")
+    assert med.submit(chain("b", "one")).outcome == Outcome.QUEUED  # X is still a's
+    wakes.clear()
+    med.advert("X", {"board": "x"}, "new")
+    assert [s.state for s in med.get_run("a").steps] == ["SKIPPED"]
+    assert med.get_run("b").state == "RUNNING" and wakes == [1]
+    released = sql(med, "SELECT node_id, data FROM events WHERE run_id = 'a' "
+                        "AND kind = 'lease_released'")  # fmt: skip
+    assert released == [("X", {"reason": "restart"})]
+    cancelled = sql(med, "SELECT node_id FROM events WHERE run_id = 'a' AND kind = 'cancelled'")
+    assert cancelled == [("",)]  # the run's own event names no node
+
+
+def test_an_advert_label_is_kept_to_200_characters_and_refused_past_them_naming_it(med):
+    """An advert's ``label`` (what the panel shows beside the id): none given is empty, 200
+    characters are kept as sent, 201 are refused (400) naming ``label``, the node unchanged."""
+    med.advert("X", {"board": "x"}, "i1")
+    assert [n.label for n in med.list_nodes().nodes] == [""]
+    med.advert("X", {"board": "x"}, "i1", label="l" * 200)
+    with pytest.raises(ContractError) as e:
+        med.advert("X", {"board": "x"}, "i1", label="m" * 201)
+    assert e.value.field == "label"
+    assert [n.label for n in med.list_nodes().nodes] == ["l" * 200]
+
+
+def test_a_result_from_the_old_instance_is_refused_before_restart_detection_ends_the_run(
+    med, monkeypatch
+):
+    """docs/design.md §9: a result must come from the instance that claimed the step *and* be
+    the node's current one. Between a restart's advert and the detection that ends the run (two
+    transactions), the old daemon's result is already stale: 409 ``stale_instance``."""
+    import mediator.flows.advert as advert_flow
+
+    med.advert("X", {"board": "x"}, "old")
+    med.submit(chain("a", "one"))
+    s = med.claim("a", 0, "X", instance="old")
+    monkeypatch.setattr(advert_flow, "advert_effects", lambda *_a: False)  # detection not yet
+    med.advert("X", {"board": "x"}, "new")
+    assert med.get_run("a").state == "RUNNING"
+    with pytest.raises(Conflict) as e:
+        med.report("a", 0, "X", s.attempt, "pass", instance="old")
+    assert e.value.code == "stale_instance"
+    assert e.value.message == "This result comes from a stale daemon instance."
+
+
+def test_a_refused_claim_and_a_refused_result_say_why(med):
+    """docs/design.md §9 and §19: each refusal carries its code (and a bad field its name and a
+    message), which the daemon and the API act on."""
+    med.advert("X", {"board": "x"}, "i1")
+    med.submit(chain("a", "one"))
+    with pytest.raises(NotFound) as nf:
+        med.claim("nope", 0, "X")
+    assert nf.value.code == "unknown_run"
+    with pytest.raises(NotFound) as nf:
+        med.claim("a", 7, "X")
+    assert nf.value.code == "unknown_step"
+    bad = [({"outcome": "maybe"}, "outcome", "outcome must be 'pass', 'fail' or 'retry'."),
+           ({"attempt": 0}, "attempt", "attempt must be a whole number ≥ 1."),
+           ({"log": "x" * (MAX_LOG + 1)}, "log",
+            f"log must be text of at most {MAX_LOG} ")]  # fmt: skip
+    for change, field, message in bad:
+        args = {"attempt": 1, "outcome": "pass", "log": "", **change}
+        with pytest.raises(ContractError) as ce:
+            med.report("a", 0, "X", args["attempt"], args["outcome"], log=args["log"])
+        assert (ce.value.field, ce.value.message.startswith(message)) == (field, True)
+    med.cancel("a")
+    with pytest.raises(Conflict) as c:
+        med.claim("a", 0, "X")
+    assert c.value.code == "run_ended"
+
+
+def test_an_advert_instance_and_drain_are_checked_naming_the_field(med):
+    """An advert's ``instance`` is a non-empty string of at most 128 characters and its drain
+    one of the three policies: anything else is refused (400) naming the field, nothing kept."""
+    med.advert("X", {"board": "x"}, "i" * 128)
+    for instance in ("", "i" * 129):
+        with pytest.raises(ContractError) as e:
+            med.advert("X", {"board": "x"}, instance)
+        assert (e.value.field, e.value.message) == (
+            "instance",
+            "instance must be a non-empty string of at most 128 characters.",
+        )
+    with pytest.raises(ContractError) as e:
+        med.advert("X", {"board": "x"}, "i1", drain="soon")
+    assert (e.value.field, e.value.message) == (
+        "policy.drain",
+        "drain must be '', 'graceful' or 'at-boundary'.",
+    )
+    assert [(n.node_id, n.drain) for n in med.list_nodes().nodes] == [("X", "")]
+
+
+def test_a_pass_result_wakes_the_queue_even_when_it_frees_no_node(med, wakes):
+    """docs/design.md §9: after every result's commit the queue is swept (wake 1) — a pass in
+    the middle of a run too, which ends its step (PASSED) and frees nothing yet."""
+    med.advert("X", {"board": "x"}, "i1")
+    med.submit(chain("a", "one", "two"))
+    s = med.claim("a", 0, "X")
+    wakes.clear()
+    r = med.report("a", 0, "X", s.attempt, "pass")
+    assert (r.step_state, r.released, r.settled) == ("PASSED", (), "")
+    assert wakes == [1]
+    s = med.claim("a", 1, "X")
+    assert med.report("a", 1, "X", s.attempt, "fail").step_state == "FAILED"
 
 
 def test_restart_before_anything_ran_rebinds_the_lease(med):

@@ -287,3 +287,66 @@ def test_event_kinds_the_database_accepts_are_exactly_the_documented_vocabulary(
         ).fetchone()
     assert kinds == set(EVENT_KINDS)
     assert queued == ("QUEUED",)
+
+
+def test_a_malformed_contract_without_a_run_id_is_refused_without_a_read(med, monkeypatch):
+    """R3 first, at no cost when it cannot apply: a contract that does not parse is answered by
+    the run its ``run_id`` names (read once), and one without a usable ``run_id`` is refused
+    (400) without reading anything."""
+    from mediator.flows import reads
+
+    read, real = [], reads.read_run
+
+    def counting(ctx, run_id):
+        read.append(run_id)
+        return real(ctx, run_id)
+
+    monkeypatch.setattr(reads, "read_run", counting)
+    for doc in ({"roles": "nope"}, {"run_id": "../x", "roles": "nope"}):
+        with pytest.raises(ContractError):
+            med.submit(doc)
+    assert read == []
+    with pytest.raises(ContractError):
+        med.submit({"run_id": "r-1", "roles": "nope"})  # no such run: refused after one read
+    assert read == ["r-1"]
+
+
+def test_r3_a_run_id_taken_between_the_fleet_read_and_the_insert_answers_the_stored_run(
+    dsn, med, clock, tmp_path
+):
+    """R3 under a race: another process submits the same run_id between this submit's fleet
+    read and its insert. Whether this submit would have started (X free) or queued (X busy), its
+    insert finds the run_id taken and it answers 200 EXISTING with the run the other stored."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        for run_id in ("would-start", "would-queue"):
+            if run_id == "would-queue":
+                assert med.submit(contract("holder")).outcome == Outcome.STARTED  # X busy
+            med._after_fleet_read = lambda rid: other.submit(contract(rid, dut={"board": "y"}))
+            sub = med.submit(contract(run_id))
+            med._after_fleet_read = None
+            assert (sub.outcome, sub.run.run_id) == (Outcome.EXISTING, run_id)
+            assert sub.run.assigned == {"dut": "Y"}  # the run the other stored, on Y
+            other.cancel(run_id)  # Y free again
+    finally:
+        other.close()
+
+
+def test_a_submits_events_say_what_it_decided(med):
+    """docs/design.md §13: a start's events carry its state and nodes (``submitted``) and name
+    each leased node (``lease_granted``); a refusal's (``rejected``) carries the reason."""
+    advert(med, "X")
+    med.submit(contract("a"))
+    med.submit(contract("r", dut={"board": "none"}))
+    with med.store.autocommit() as tx:
+        rows = tx.conn.execute(
+            "SELECT run_id, kind, node_id, data FROM events ORDER BY id"
+        ).fetchall()
+    assert rows[:2] == [
+        ("a", "submitted", "", {"state": "RUNNING", "assigned": {"dut": "X"}}),
+        ("a", "lease_granted", "X", {}),
+    ]
+    [(_run, _kind, node, data)] = [r for r in rows if r[0] == "r" and r[1] == "rejected"]
+    assert (node, data["reject"]["code"]) == ("", "NO_CANDIDATE")

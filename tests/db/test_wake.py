@@ -119,6 +119,7 @@ def test_wake_with_lease_ttl_0_errors_before_anything(dsn, clock, tmp_path):
         with pytest.raises(ConfigError) as e:
             med.wake_queued()
         assert e.value.field == "lease_ttl_seconds"
+        assert "lease_ttl_seconds must be greater than 0 to promote queued runs" in str(e.value)
         assert med.get_run("q").state == "QUEUED"
     finally:
         med.close()
@@ -146,13 +147,18 @@ def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
         q = med.submit(contract("q", **wide))
         # r1: N1, N2 both busy → ALL_BUSY
         assert (q.outcome, q.run.state) == (Outcome.QUEUED, "QUEUED")
+        assert med.submit(contract("q2", **wide)).outcome == Outcome.QUEUED  # the same class
         finish(med, "h2", "N2")  # N2 frees: r1 → N2, r2 → N3: width 2 > 1 → TOO_WIDE
         assert med.get_run("q").state == "QUEUED"
-        assert "q" in med.wake_queued().too_wide
+        report = med.wake_queued()
+        assert report.too_wide == ["q", "q2"]
+        # §6: one class, decided once per sweep while nothing changed (q2 reuses q's answer)
+        assert report.matched <= 1
         for seq_node in ("N1", "N1"):
             finish(med, "h1", seq_node)  # N1 frees: both roles fold onto N1, width 1
         run = med.get_run("q")
         assert run.state == "RUNNING" and run.assigned == {"r1": "N1", "r2": "N1"}
+        assert med.get_run("q2").state == "QUEUED"  # N1 is q's now; N2 + N3 are too wide
     finally:
         med.close()
 
@@ -525,6 +531,66 @@ def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeyp
     assert med.get_run("w").state == "QUEUED"
     assert sql(med, "SELECT node_id FROM leases WHERE run_id = 'w'") == []  # not even N1
     assert [s.node_id for s in med.get_run("w").steps] == ["", ""]
+
+
+def test_r8_a_run_cancelled_just_before_its_promotion_is_not_reported_promoted(
+    dsn, med, clock, tmp_path, monkeypatch
+):
+    """R8: another process cancels the run between the sweep's read and its promotion; the
+    conditional update matches nothing, so the sweep reports nothing promoted and the run keeps
+    no lease."""
+    advert(med, "X", drain="graceful")
+    med.submit(contract("w"))
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    try:
+        undrain_quietly(med, "X")
+        original = sweep_flow.promote
+
+        def promote_after_cancel(ctx, run_id, res, needs, by_id):
+            if ctx is med.ctx:
+                other.cancel(run_id)
+            return original(ctx, run_id, res, needs, by_id)
+
+        monkeypatch.setattr(sweep_flow, "promote", promote_after_cancel)
+        report = med.wake_queued()
+    finally:
+        other.close()
+    assert report.promoted == []
+    assert med.get_run("w").state == "FAILED"
+    assert sql(med, "SELECT node_id FROM leases WHERE run_id = 'w'") == []
+
+
+def test_a_promotion_records_its_assignment_and_a_lease_granted_per_node(med):
+    """docs/design.md §13: a promotion's events are ``promoted`` with the roles' nodes, then one
+    ``lease_granted`` per node, naming it (what /v1/events streams and the panel shows)."""
+    advert(med, "N1", board="x", drain="graceful")
+    advert(med, "N2", scope=True, drain="graceful")
+    med.submit(contract("w", dut={"board": "x"}, bench={"scope": True}))
+    undrain_quietly(med, "N1", "N2")
+    assert med.wake_queued().promoted == ["w"]
+    rows = sql(med, "SELECT kind, node_id, data FROM events WHERE run_id = 'w' ORDER BY id")
+    assert [r[0] for r in rows] == ["submitted", "promoted", "lease_granted", "lease_granted"]
+    assert rows[1][1:] == ("", {"assigned": {"bench": "N2", "dut": "N1"}})
+    assert sorted(r[1:] for r in rows[2:]) == [("N1", {}), ("N2", {})]
+
+
+def test_r13_a_sweep_with_no_free_node_builds_no_index_and_matches_nothing(med, monkeypatch):
+    """R13's cost argument (docs/design.md §6): with every node busy a sweep reads the queue and
+    the fleet once and stops — no candidate index is built, no class matched."""
+    advert(med, "X")
+    assert med.submit(contract("holder")).outcome == Outcome.STARTED
+    assert med.submit(contract("q")).outcome == Outcome.QUEUED
+    built = []
+    real = sweep_flow.AdvertIndex
+
+    def counting(adverts):
+        built.append(1)
+        return real(adverts)
+
+    monkeypatch.setattr(sweep_flow, "AdvertIndex", counting)
+    report = med.wake_queued()
+    assert (report.promoted, report.matched, built) == ([], 0, [])
+    assert med.get_run("q").state == "QUEUED"
 
 
 def test_i3_queued_runs_never_hold_anything_after_a_busy_day(med, clock):

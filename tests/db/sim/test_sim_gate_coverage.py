@@ -133,6 +133,10 @@ def test_the_command_allows_the_documented_exceptions_unless_strict(server_url: 
 FIRST = {
     "match-ignores-folding": "first divergence at 523.935296 s, run r0000008",
     "match-last-candidate": "first divergence at 59.654745 s, run r0000000",
+    # fold (fx, fy): fy folds onto yb000, chosen for fx, although ya000 (a lower id) serves fy
+    "match-no-reuse": "first divergence at 6000.000000 s, run r0000018",
+    # exact (ga…ge, max_width 2): greedy is 3 wide; {xc000, xd000} and {xa000, xb000} tie at 2
+    "exact-order-flipped": "first divergence at 6100.000000 s, run r0000019",
     "width-greedy-only": "first divergence at 126.601622 s, run r0000001",
     "attempts-minus-one": "first divergence at 4751.699390 s, run r0000111",
     "no-partial-release": "first divergence at 381.467588 s, run r0000018",

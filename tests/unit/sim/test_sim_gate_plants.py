@@ -42,7 +42,9 @@ FOLD_FLEET = [Advert("a000", {"board": True}), Advert("b000", {"board": True, "h
 
 
 def state() -> list[Any]:
-    return [vars(t).get(n) for t, n in WATCHED] + ["min" in vars(match_mod)]
+    return [vars(t).get(n) for t, n in WATCHED] + [
+        name in vars(match_mod) for name in ("min", "next", "sorted")
+    ]
 
 
 @pytest.mark.parametrize("plant", [*coverage.PLANTS, coverage.NOTHING], ids=lambda p: p.id)
@@ -66,6 +68,37 @@ def test_the_matcher_plants_change_the_rules_cases_choice_and_only_while_install
             {"dut": "b001", "host": "b001"}, 1
         )
     assert match(FOLD_NEEDS, FOLD_FLEET, set(), 2) == folded
+
+
+def test_the_folding_and_exact_order_plants_change_the_edges_cases_choice() -> None:
+    """The ``edges`` case's last two contracts (sim-baseline/edges.toml). fold: fy folds onto
+    yb000, chosen for fx (§4 step 3), although ya000, a lower id, serves fy too. exact
+    (max_width 2): greedy takes xc000, xa000, xb000 (3 wide); the narrowest assignments
+    {xc000, xd000} and {xa000, xb000} tie at 2, and step 4's order (more later roles first)
+    picks the first."""
+    fold_needs = {"fx": {"fx": True}, "fy": {"fy": True}}
+    fold_fleet = [Advert("ya000", {"fy": True}), Advert("yb000", {"fx": True, "fy": True})]
+    folded = Assignment({"fx": "yb000", "fy": "yb000"}, 1)
+    exact_needs = {g: {g: True} for g in ("ga", "gb", "gc", "gd", "ge")}
+    exact_fleet = [Advert(node, dict.fromkeys(caps, True)) for node, caps in (
+        ("xa000", ("gb", "gc", "gd")), ("xb000", ("ga", "ge")), ("xc000", ("ga", "gc", "gd")),
+        ("xd000", ("gb", "ge")))]  # fmt: skip
+    narrowest = Assignment({"ga": "xc000", "gb": "xd000", "gc": "xc000", "gd": "xc000",
+                            "ge": "xd000"}, 2)  # fmt: skip
+    assert match(fold_needs, fold_fleet, set(), 2) == folded
+    assert match(exact_needs, exact_fleet, set(), 2) == narrowest
+    with coverage.plant("match-no-reuse").apply():
+        assert match(fold_needs, fold_fleet, set(), 2) == Assignment(
+            {"fx": "yb000", "fy": "ya000"}, 2
+        )
+        assert match(exact_needs, exact_fleet, set(), 2) == narrowest  # its own next() intact
+    with coverage.plant("exact-order-flipped").apply():
+        assert match(exact_needs, exact_fleet, set(), 2) == Assignment(
+            {"ga": "xb000", "gb": "xa000", "gc": "xa000", "gd": "xa000", "ge": "xb000"}, 2
+        )
+        assert match(fold_needs, fold_fleet, set(), 2) == folded  # greedy's choice untouched
+    assert match(fold_needs, fold_fleet, set(), 2) == folded
+    assert match(exact_needs, exact_fleet, set(), 2) == narrowest
 
 
 def test_plant_ids_are_unique_and_an_unknown_one_is_refused() -> None:
