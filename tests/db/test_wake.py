@@ -506,6 +506,20 @@ def test_r8_r9_concurrent_sweeps_never_double_lease_and_keep_fifo(dsn, clock, tm
             m.close()
 
 
+def sweep_after(med, monkeypatch, act):
+    """``med``'s sweep, with ``act(run_id)`` — another process's move — just before each of its
+    promotions (between the sweep's read and its conditional update)."""
+    original = sweep_flow.promote
+
+    def promote(ctx, run_id, res, needs, by_id):
+        if ctx is med.ctx:
+            act(run_id)
+        return original(ctx, run_id, res, needs, by_id)
+
+    monkeypatch.setattr(sweep_flow, "promote", promote)
+    return med.wake_queued()
+
+
 def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeypatch):
     """I5: a two-node promotion that loses one node to another process rolls back whole."""
     advert(med, "N1", board="x")
@@ -516,15 +530,9 @@ def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeyp
     try:
         undrain_quietly(med, "N2")
         # Another process takes N2 through its own submit just before our promotion's insert.
-        original = sweep_flow.promote
-
-        def promote_after_theft(ctx, run_id, res, needs, by_id):
-            if ctx is med.ctx:
-                other.submit(contract("thief", bench={"scope": True}))
-            return original(ctx, run_id, res, needs, by_id)
-
-        monkeypatch.setattr(sweep_flow, "promote", promote_after_theft)
-        report = med.wake_queued()
+        report = sweep_after(
+            med, monkeypatch, lambda _run: other.submit(contract("thief", bench={"scope": True}))
+        )
     finally:
         other.close()
     assert report.promoted == []
@@ -544,15 +552,7 @@ def test_r8_a_run_cancelled_just_before_its_promotion_is_not_reported_promoted(
     other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
     try:
         undrain_quietly(med, "X")
-        original = sweep_flow.promote
-
-        def promote_after_cancel(ctx, run_id, res, needs, by_id):
-            if ctx is med.ctx:
-                other.cancel(run_id)
-            return original(ctx, run_id, res, needs, by_id)
-
-        monkeypatch.setattr(sweep_flow, "promote", promote_after_cancel)
-        report = med.wake_queued()
+        report = sweep_after(med, monkeypatch, other.cancel)
     finally:
         other.close()
     assert report.promoted == []
