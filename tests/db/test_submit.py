@@ -315,17 +315,18 @@ def test_r3_a_run_id_taken_between_the_fleet_read_and_the_insert_answers_the_sto
     dsn, med, clock, tmp_path
 ):
     """R3 under a race: another process submits the same run_id between this submit's fleet
-    read and its insert. Whether this submit would have started (X free) or queued (X busy), its
-    insert finds the run_id taken and it answers 200 EXISTING with the run the other stored."""
+    read and its insert. Whether this submit would have started (X free), queued (X busy) or been
+    refused (no node has board z), its insert finds the run_id taken and it answers 200 EXISTING
+    with the run the other stored."""
     advert(med, "X")
     advert(med, "Y", board="y")
     other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
     try:
-        for run_id in ("would-start", "would-queue"):
+        for run_id, board in (("would-start", "x"), ("would-queue", "x"), ("refused", "z")):
             if run_id == "would-queue":
                 assert med.submit(contract("holder")).outcome == Outcome.STARTED  # X busy
             med._after_fleet_read = lambda rid: other.submit(contract(rid, dut={"board": "y"}))
-            sub = med.submit(contract(run_id))
+            sub = med.submit(contract(run_id, dut={"board": board}))
             med._after_fleet_read = None
             assert (sub.outcome, sub.run.run_id) == (Outcome.EXISTING, run_id)
             assert sub.run.assigned == {"dut": "Y"}  # the run the other stored, on Y
