@@ -463,6 +463,7 @@ def test_at_boundary_drain_with_nothing_claimed_ends_the_run_at_once(med, wakes)
     advert(med, "X", drain="at-boundary")
     assert med.get_run("a").verdict == "drained"
     assert wakes == [1]  # wake 4
+    assert med.records.verify("a").ok  # settled, so sealed after the commit (I6)
     med.submit(chain("b", "one"))
     assert med.get_run("b").state == "QUEUED"  # a draining node takes no new run
 
