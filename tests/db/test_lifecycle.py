@@ -175,6 +175,9 @@ def test_partial_release_frees_a_node_before_the_run_ends_and_wakes(med, wakes):
     assert wakes == [1]
     assert med.get_run("wide").state == "RUNNING"
     assert med.get_run("waits").state == "RUNNING"
+    released = sql(med, "SELECT node_id, data FROM events WHERE run_id = 'wide' "
+                        "AND kind = 'lease_released'")  # fmt: skip
+    assert released == [("N1", {"reason": "partial"})]
 
 
 def test_settle_if_done_releases_everything_and_seals(med):
@@ -398,6 +401,31 @@ def test_a_pass_result_wakes_the_queue_even_when_it_frees_no_node(med, wakes):
     assert wakes == [1]
     s = med.claim("a", 1, "X")
     assert med.report("a", 1, "X", s.attempt, "fail").step_state == "FAILED"
+
+
+def test_a_claim_out_of_turn_or_from_a_stale_daemon_is_refused_saying_why(med):
+    """docs/design.md §9: a step is claimable only PENDING with its ``after`` passed, and only by
+    the node's current daemon instance. Each refusal has its code and message."""
+    med.advert("X", {"board": "x"}, "i1")
+    med.submit(chain("a", "one", "two", "three"))
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 1, "X")  # "two" waits for "one"
+    assert e.value.code == "not_claimable"
+    s = med.claim("a", 0, "X")
+    med.report("a", 0, "X", s.attempt, "pass")
+    with pytest.raises(Conflict) as e:
+        med.claim("a", 0, "X")  # PASSED: never claimed again
+    assert e.value.code == "not_claimable"
+    with pytest.raises(NotFound) as nf:
+        med.report("a", 7, "X", 1, "pass")
+    assert (nf.value.code, nf.value.message) == ("unknown_step", "Run a has no step 7.")
+    med.advert("X", {"board": "x"}, "i2")  # a restart: a is lost, b starts on X under i2
+    med.submit(chain("b", "one"))
+    with pytest.raises(Conflict) as e:
+        med.claim("b", 0, "X", instance="i1")
+    assert (e.value.code, e.value.message) == (
+        "stale_instance", "This daemon instance is stale; advertise again first."
+    )
 
 
 def test_restart_before_anything_ran_rebinds_the_lease(med):
