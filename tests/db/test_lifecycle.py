@@ -424,7 +424,8 @@ def test_a_claim_out_of_turn_or_from_a_stale_daemon_is_refused_saying_why(med):
     with pytest.raises(Conflict) as e:
         med.claim("b", 0, "X", instance="i1")
     assert (e.value.code, e.value.message) == (
-        "stale_instance", "This daemon instance is stale; advertise again first."
+        "stale_instance",
+        "This daemon instance is stale; advertise again first.",
     )
 
 
