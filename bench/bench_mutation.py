@@ -19,10 +19,14 @@ Two judges, reported separately (docs/performance.md "Mutation testing of the po
 
 The tree (``git archive HEAD``: committed files only) is copied to a throw-away folder, because
 mutmut writes a ``mutants/`` copy beside the code. ``--budget S`` stops a file's run after S
-seconds (what finished is reported; the machine is shared: time-box it).
+seconds (what finished is reported; the machine is shared: time-box it). A flow's whole set is
+hours on two cores, so ``--sample-tests N --seed S`` judges a uniform sample of N of the file's
+mutants by the tests, with the Wilson interval of the file's score; ``--resume DIR`` goes on in a
+kept folder.
 
 Run: ``.venv/bin/python bench/bench_mutation.py [--file F ...] [--tests T ...] [--jobs N]
-[--budget S] [--keep]`` and ``… --gate --file F --sample 30 --from DIR``.
+[--budget S] [--keep] [--sample-tests N --seed S]`` and ``… --gate --file F --sample 30 --from
+DIR``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+from scipy.stats import binomtest  # type: ignore[import-untyped, unused-ignore]
 
 from mediator.pg import EmbeddedPostgres
 
@@ -108,11 +114,11 @@ def workdir(file: str, tests: list[str]) -> Path:
     return work
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a proportion k/n: what a sample's score says of the file's."""
-    p = k / n
-    centre, half = p + z * z / (2 * n), z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a proportion k/n (scipy's): what a sample's score says
+    of the whole file's."""
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def results(mutmut: str, work: Path) -> list[tuple[str, str]]:

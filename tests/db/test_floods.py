@@ -368,7 +368,8 @@ def test_a_contract_past_the_width_search_budget_is_refused_at_submit_and_dry_ru
         with pytest.raises(ContractError) as refused:
             med.submit(contract(**wide), dry_run=dry)
         assert refused.value.field == "roles" and refused.value.code == "width_search_too_large"
-        assert refused.value.message == search_budget(contract(**wide)["roles"], 4)  # says why
+        budget = search_budget(contract(**wide)["roles"], med.ctx.config.max_width)
+        assert refused.value.message == budget  # says why
     assert med.list_runs().runs == ()
     # within the budget: the exact answer (no node serves k0: NO_CANDIDATE, a rejected run)
     within = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS)}
