@@ -28,7 +28,7 @@ from mediator.core.errors import (
 )
 from mediator.core.progress import Decision, decide_result, end_early
 from mediator.core.progress import progress as decide_progress
-from mediator.core.rows import Applied, ClaimRefusal, NodeState, ResultSource, Run, Step
+from mediator.core.rows import Applied, ClaimRefusal, ResultSource, Run, Step
 from mediator.core.states import (
     TERMINAL_RUN,
     RunState,
@@ -150,30 +150,16 @@ def nodes_with_work(ctx: Context, node_ids: list[str]) -> set[str]:
         return tx.nodes_with_work(node_ids)
 
 
-def locked(
-    tx: Tx, run_id: str, seq: int, node_id: str | None = None
-) -> tuple[Run, list[Step], Step]:
-    """Lock the run, then its steps (the locking rule); with ``node_id``, refuse a step
-    that belongs to another node (403 ``not_your_step``)."""
-    run, steps, step, _ = locked_with_node(tx, run_id, seq, node_id)
-    return run, steps, step
-
-
-def locked_with_node(
-    tx: Tx, run_id: str, seq: int, node_id: str | None = None
-) -> tuple[Run, list[Step], Step, NodeState | None]:
-    """:func:`locked` and the node's row, read in the same statement (issue 13)."""
-    run, steps, node = tx.lock_run_steps(run_id, node_id)
+def locked(tx: Tx, run_id: str, seq: int) -> tuple[Run, list[Step], Step]:
+    """Lock the run, then its steps (the locking rule), in one statement (issue 13); the run,
+    its steps and step ``seq``. Raises NotFound ``unknown_run`` or ``unknown_step``."""
+    run, steps = tx.lock_run_steps(run_id)
     if run is None:
         raise NotFound(f"No run with run_id {run_id!r}.", code="unknown_run")
     step = next((s for s in steps if s.seq == seq), None)
     if step is None:
         raise NotFound(f"Run {run_id} has no step {seq}.", code="unknown_step")
-    if node_id is not None and step.node_id != node_id:
-        raise Forbidden(
-            f"Step {seq} of run {run_id} is not assigned to {node_id}.", code="not_your_step"
-        )
-    return run, steps, step, node
+    return run, steps, step
 
 
 def claim(ctx: Context, run_id: str, seq: int, node_id: str, instance: str | None = None) -> Step:

@@ -357,9 +357,7 @@ FROM steps WHERE run_id = %(run_id)s ORDER BY seq FOR UPDATE
 -- lock_run_steps --
 -- The locking rule in one statement (issue 13): the run row first, its version bumped as
 -- lock_run does (the steps CTE reads its run_id, so it runs after the run is locked), then its
--- steps in seq order; with the node row of
--- %(node_id)s beside (not locked, as node_row). One row per step, the run's and the node's
--- columns on each; no row: no such run.
+-- steps in seq order. One row per step, the run's columns on each; no row: no such run.
 WITH r AS (
     UPDATE runs SET version = version + 1 WHERE run_id = %(run_id)s
     RETURNING run_id, work_id, state, verdict, assigned, reject, submitter, created_at,
@@ -374,10 +372,8 @@ SELECT r.run_id, r.work_id, r.state, r.verdict, r.assigned, r.reject, r.submitte
        s.seq AS s_seq, s.name AS s_name, s.kind AS s_kind, s.role AS s_role, s.uses AS s_uses,
        s."with" AS s_with_, s.after AS s_after, s.ask AS s_ask, s.state AS s_state,
        s.node_id AS s_node_id, s.instance AS s_instance, s.attempt AS s_attempt,
-       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at,
-       n.node_id AS n_node_id, n.instance AS n_instance, n.drain AS n_drain,
-       n.expires_at > mediator_now(%(now)s) AS n_live
-FROM r LEFT JOIN s ON true LEFT JOIN nodes n ON n.node_id = %(node_id)s
+       s.chosen AS s_chosen, s.started_at AS s_started_at, s.ended_at AS s_ended_at
+FROM r LEFT JOIN s ON true
 ORDER BY s.seq
 
 -- claim_step --

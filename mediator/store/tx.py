@@ -280,23 +280,19 @@ class Tx(Statements):
     def lock_steps(self, run_id: str) -> list[Step]:
         return self._rows("lock_steps", {"run_id": run_id}, row=Step)
 
-    def lock_run_steps(
-        self, run_id: str, node_id: str | None = None
-    ) -> tuple[Run | None, list[Step], NodeState | None]:
-        """Lock the run, then its steps, in one statement (issue 13); with the row of
-        ``node_id`` as ``node_row`` reads it (None: no such node)."""
-        rows = self._rows("lock_run_steps", {"run_id": run_id, "node_id": node_id})
+    def lock_run_steps(self, run_id: str) -> tuple[Run | None, list[Step]]:
+        """Lock the run, then its steps, in one statement (issue 13); no run: ``(None, [])``."""
+        rows = self._rows("lock_run_steps", {"run_id": run_id})
         if not rows:
-            return None, [], None
+            return None, []
         first = rows[0]
-        run = Run(**{k: v for k, v in first.items() if not k.startswith(("s_", "n_"))})
+        run = Run(**{k: v for k, v in first.items() if not k.startswith("s_")})
         steps = [
             Step(run_id=run.run_id, **{k[2:]: v for k, v in r.items() if k.startswith("s_")})
             for r in rows
             if r["s_seq"] is not None
         ]
-        node = NodeState(**_split(first, "n_")) if first["n_node_id"] is not None else None
-        return run, steps, node
+        return run, steps
 
     def run_leases(self, run_id: str) -> list[RunLease]:
         """The run's leases in node_id order, locked, with each node's drain policy."""

@@ -13,7 +13,8 @@ from datetime import timedelta
 import pytest
 
 from mediator import Config, Conflict, ContractError, Forbidden, Mediator, NotFound, Outcome
-from mediator.flows.steps import MAX_LOG
+from mediator.flows.steps import MAX_LOG, locked
+from mediator.store.tx import Tx
 from tests.db.conftest import EPOCH, advert, contract
 
 
@@ -731,3 +732,101 @@ def test_one_unsealable_record_stops_neither_other_seals_nor_the_reapers_wake(me
     (root / "a-bad").unlink()  # the folder is fixed: the next pass seals it
     assert med.reap().sealed == ["a-bad"]
     assert med.records.verify("a-bad").ok
+
+
+# ---- the run's lock, a claim's tries, a release's reason (docs/design.md §9) ----
+
+
+def test_the_run_lock_names_an_unknown_run_or_step(med):
+    """The locking rule's read (an answer takes it): a run or step that is not there is a 404
+    with its own code, never a crash on an empty read."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    for run_id, seq, code in [("nope", 0, "unknown_run"), ("a", 7, "unknown_step")]:
+        with med.store.tx() as tx, pytest.raises(NotFound) as nf:
+            locked(tx, run_id, seq)
+        assert nf.value.code == code
+    with med.store.tx() as tx:
+        run, steps, step = locked(tx, "a", 0)
+    assert (run.run_id, [s.name for s in steps], step.name) == ("a", ["one"], "one")
+
+
+@pytest.fixture
+def claim_tries(monkeypatch):
+    """The claim statements a claim sends (the real ones, counted)."""
+    tries: list[tuple[str, int]] = []
+    real = Tx.claim_step
+
+    def counted(self, run_id, seq, node_id, instance):
+        tries.append((run_id, seq))
+        return real(self, run_id, seq, node_id, instance)
+
+    monkeypatch.setattr(Tx, "claim_step", counted)
+    return tries
+
+
+def test_a_claim_refused_for_a_reason_it_reads_is_not_tried_again(med, claim_tries):
+    """§9: the refusal read names why the claim matched nothing; only a read that finds the step
+    claimable after all (a concurrent change between the two statements) tries again. A step
+    whose `after` has not passed, and one that already passed, are refused after one try."""
+    advert(med, "X")
+    med.submit(chain("a", "one", "two"))
+    s = claim_next(med, "X")
+    claim_tries.clear()
+    with pytest.raises(Conflict) as c:
+        med.claim("a", 1, "X")  # `after` (one) not passed yet
+    assert (c.value.code, claim_tries) == ("not_claimable", [("a", 1)])
+    med.report("a", s.seq, "X", s.attempt, "pass")
+    claim_tries.clear()
+    with pytest.raises(Conflict) as c:
+        med.claim("a", 0, "X")  # PASSED already
+    assert (c.value.code, claim_tries) == ("not_claimable", [("a", 0)])
+
+
+def test_a_claim_that_keeps_losing_its_race_gives_up_after_three_tries(med, monkeypatch):
+    """§9: a claim whose guarded statement matched nothing while its refusal read finds the step
+    claimable (another writer between the two, every time) tries three times, then answers
+    not_claimable (409) — a bounded loop, and the step is still the node's to claim."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    tries = []
+    monkeypatch.setattr(Tx, "claim_step", lambda self, *args: tries.append(args))  # lost race
+    with pytest.raises(Conflict) as c:
+        med.claim("a", 0, "X")
+    assert (c.value.code, len(tries)) == ("not_claimable", 3)
+    monkeypatch.undo()
+    assert med.claim("a", 0, "X").state == "CLAIMED"
+
+
+def released(med, run_id):
+    rows = sql(med, "SELECT node_id, data->>'reason' FROM events WHERE run_id = %s "
+                    "AND kind = 'lease_released' ORDER BY id", run_id)  # fmt: skip
+    return [tuple(r) for r in rows]
+
+
+def test_a_lease_freed_under_the_run_lock_says_why(med):
+    """Every ``lease_released`` event carries its reason (§9, §10): a cancel's is the run's
+    verdict; an answer that settles the run says ``settled``; an answer that frees a node whose
+    steps are all done while the run goes on says ``partial``."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    med.cancel("a")
+    assert released(med, "a") == [("X", "cancelled")]
+    doc = {"run_id": "b", "roles": {"dut": {"board": "x"}}, "steps": [
+        {"name": "go?", "kind": "ask", "ask": "Go?"},
+        {"name": "run", "role": "dut", "after": ["go?"], "with": {"cmd": "true"}},
+    ]}  # fmt: skip
+    med.submit(doc)
+    [ask] = med.asks()
+    med.answer(ask.ask_id, "no", ok=False)
+    assert released(med, "b") == [("X", "settled")]
+    advert(med, "Y", scope=True)
+    doc = {"run_id": "c", "roles": {"dut": {"board": "x"}, "bench": {"scope": True}}, "steps": [
+        {"name": "look?", "kind": "ask", "ask": "Flash it?"},
+        {"name": "flash", "role": "dut", "after": ["look?"], "with": {"cmd": "true"}},
+        {"name": "probe", "role": "bench", "with": {"cmd": "true"}},
+    ]}  # fmt: skip
+    med.submit(doc)
+    [ask] = med.asks()
+    assert med.answer(ask.ask_id, "no", ok=False).settled == ""  # probe still to run on Y
+    assert released(med, "c") == [("X", "partial")]
