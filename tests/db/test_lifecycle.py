@@ -10,9 +10,12 @@ import os
 import stat
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from mediator import Config, Conflict, ContractError, Forbidden, Mediator, NotFound, Outcome
+from mediator.core.errors import StoreUnavailable
+from mediator.core.rows import Applied
 from mediator.flows.steps import MAX_LOG, locked
 from mediator.store.tx import Tx
 from tests.db.conftest import EPOCH, advert, contract
@@ -830,3 +833,224 @@ def test_a_lease_freed_under_the_run_lock_says_why(med):
     [ask] = med.asks()
     assert med.answer(ask.ask_id, "no", ok=False).settled == ""  # probe still to run on Y
     assert released(med, "c") == [("X", "partial")]
+
+
+# ---- every refusal says what it refuses; a result's lock, log and wake (docs/design.md §9) ----
+
+
+def refusal(call, *args, **kwargs):
+    with pytest.raises((NotFound, Forbidden, Conflict)) as e:
+        call(*args, **kwargs)
+    return e.value.code, e.value.message
+
+
+def test_each_refusal_of_a_claim_or_a_result_names_what_it_refuses(med, clock):
+    """§9/§19: the code is for the daemon, the message for the person reading the log: it names
+    the run and the step (or the node) it is about, whichever path found the refusal."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    med.submit(chain("a", "one", "two"))
+    assert refusal(med.claim, "nope", 0, "X") == ("unknown_run", "No run with run_id 'nope'.")
+    assert refusal(med.claim, "a", 7, "X") == ("unknown_step", "Run a has no step 7.")
+    assert refusal(med.claim, "a", 0, "Y") == (
+        "not_your_step", "Step 0 of run a is not assigned to Y.")  # fmt: skip
+    assert refusal(med.claim, "a", 1, "X") == (
+        "not_claimable", "Step 1 of run a cannot be claimed now.")  # fmt: skip
+    s = med.claim("a", 0, "X")
+    assert refusal(med.claim, "a", 0, "X") == (
+        "already_claimed", "Step 0 of run a is already claimed.")  # fmt: skip
+    assert refusal(med.report, "nope", 0, "X", 1, "pass") == (
+        "unknown_run", "No run with run_id 'nope'.")  # fmt: skip
+    assert refusal(med.report, "a", 7, "X", 1, "pass") == (
+        "unknown_step", "Run a has no step 7.")  # fmt: skip
+    assert refusal(med.report, "a", 0, "Y", 1, "pass") == (
+        "not_your_step", "Step 0 of run a is not assigned to Y.")  # fmt: skip
+    assert refusal(med.report, "a", 0, "X", 2, "pass") == (
+        "stale_attempt", "Attempt 2 of step 0 is not the current one.")  # fmt: skip
+    med.cancel("a")
+    assert refusal(med.claim, "a", 1, "X") == ("run_ended", "Run a has ended (FAILED).")
+    assert refusal(med.report, "a", 0, "X", s.attempt, "pass") == (
+        "run_ended", "Run a has ended; stop working on it.")  # fmt: skip
+    advert(med, "Z", board="z")
+    med.submit(chain("z", "one", "two", needs={"board": "z"}))
+    med.claim("z", 0, "Z")
+    advert(med, "Z", board="z", drain="at-boundary")
+    assert refusal(med.claim, "z", 1, "Z") == (
+        "draining", "Node Z is draining at the step boundary.")  # fmt: skip
+
+
+@pytest.mark.parametrize("attempt", [True, "1", 0, None])
+def test_a_result_attempt_that_is_not_a_whole_number_from_one_is_400_naming_it(med, attempt):
+    """A bool is not a number here (JSON true), nor is text; neither reaches the database."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    med.claim("a", 0, "X")
+    with pytest.raises(ContractError) as e:
+        med.report("a", 0, "X", attempt, "pass")
+    assert (e.value.field, e.value.message) == ("attempt", "attempt must be a whole number ≥ 1.")
+
+
+def test_a_log_of_exactly_the_limit_is_kept_whole(med):
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    s = med.claim("a", 0, "X")
+    med.report("a", 0, "X", s.attempt, "pass", log="x" * MAX_LOG)
+    assert sql(med, "SELECT length(log) FROM steps WHERE run_id = 'a'") == [(MAX_LOG,)]
+
+
+def test_a_results_log_is_kept_whichever_process_saw_its_claim(med, dsn, clock, tmp_path):
+    """The result's write has two paths: from the claim's snapshot when this process made the
+    claim, from a fresh read when another did (§9); both keep the log."""
+    other = Mediator.connect(dsn, config=Config(), clock=clock,
+                             records_root=str(tmp_path / "other"))  # fmt: skip
+    try:
+        advert(med, "X")
+        med.submit(chain("a", "one", "two"))
+        s = other.claim("a", 0, "X")  # another process claims …
+        med.report("a", 0, "X", s.attempt, "pass", log="flashed\n")  # … this one reports
+        s = med.claim("a", 1, "X")
+        med.report("a", 1, "X", s.attempt, "pass", log="tested\n")
+    finally:
+        other.close()
+    assert sql(med, "SELECT log FROM steps WHERE run_id = 'a' ORDER BY seq") == [
+        ("flashed\n",), ("tested\n",)]  # fmt: skip
+
+
+def run_locked_elsewhere(med, run_id):
+    """Whether another connection finds the run row locked (FOR UPDATE NOWAIT)."""
+    with med.store.autocommit() as tx:
+        try:
+            tx.conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE NOWAIT", (run_id,))
+        except psycopg.errors.LockNotAvailable:
+            return True
+    return False
+
+
+def test_a_result_that_lost_three_races_is_written_under_the_run_lock(med, monkeypatch):
+    """§9: a result is written optimistically — one read, one write guarded by the run's
+    version. A write that matched nothing (the run changed) reads and decides again; after three
+    such losses the read is taken under the run row's lock, so the result completes. Here every
+    write but the last is made to lose (another writer, each time): the claim's snapshot's try,
+    three optimistic ones, then one under the lock, which holds the row while it writes."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    s = med.claim("a", 0, "X")
+    real, locks = Tx.apply_result, []
+
+    def losing(self, src, node_id, decision, log):
+        locks.append(run_locked_elsewhere(med, "a"))
+        if len(locks) < 5:
+            return Applied(False)  # lost to a concurrent writer: nothing written
+        return real(self, src, node_id, decision, log)
+
+    monkeypatch.setattr(Tx, "apply_result", losing)
+    assert med.report("a", 0, "X", s.attempt, "pass", log="ok").settled == "PASSED"
+    assert locks == [False, False, False, False, True]
+    assert sql(med, "SELECT state, log FROM steps WHERE run_id = 'a'") == [("PASSED", "ok")]
+
+
+def test_a_result_that_loses_every_race_gives_up_saying_so(med, monkeypatch):
+    """The tries are bounded (ten after the snapshot's): a run that changes under every one of
+    them answers 503 store_unavailable naming the run, and nothing is written."""
+    advert(med, "X")
+    med.submit(chain("a", "one"))
+    s = med.claim("a", 0, "X")
+    tries = []
+    monkeypatch.setattr(Tx, "apply_result", lambda self, *a: tries.append(1) or Applied(False))
+    with pytest.raises(StoreUnavailable) as e:
+        med.report("a", 0, "X", s.attempt, "pass")
+    assert e.value.message == "Run a changed too often to record this result; try again."
+    assert len(tries) == 11
+    monkeypatch.undo()
+    assert med.get_run("a").steps[0].state == "CLAIMED"
+
+
+def test_a_late_result_that_frees_nothing_does_not_wake(med, wakes):
+    """R14: a result wakes the queue when it moved the run, or when — late, for an ended run —
+    it freed its node; a late result whose node was already free sweeps nothing."""
+    advert(med, "X")
+    advert(med, "Y", scope=True)
+    med.submit(contract("a", dut={"board": "x"}, bench={"scope": True}))
+    s = claim_next(med, "X")
+    med.cancel("a")  # X keeps its lease: its claimed step is still running (I2's exception)
+    wakes.clear()
+    with pytest.raises(Conflict):
+        med.report("a", s.seq, "X", s.attempt, "pass")  # late: frees X
+    assert wakes == [1]
+    wakes.clear()
+    with pytest.raises(Conflict):
+        med.report("a", s.seq, "X", s.attempt, "pass")  # again: nothing left to free
+    assert wakes == []
+
+
+def ask_doc(run_id, *names, parallel=False):
+    """A run of asks (one after another, or side by side) and then one exec step."""
+    steps = []
+    for i, n in enumerate(names):
+        after = [] if parallel or i == 0 else [names[i - 1]]
+        steps.append(
+            {"name": n, "kind": "ask", "ask": f"{n}?", **({"after": after} if after else {})}
+        )
+    steps.append({"name": "run", "role": "dut", "after": list(names), "with": {"cmd": "true"}})
+    return {"run_id": run_id, "roles": {"dut": {"board": "x"}}, "steps": steps}
+
+
+def test_an_answer_raises_the_next_ask_and_pushes_it_after_commit(med, caplog):
+    """§11, R12: an answer that makes the next ask due raises it in the answer's transaction and
+    pushes it after the commit (logged with its run and step)."""
+    advert(med, "X")
+    med.submit(ask_doc("a", "first", "second"))
+    [ask] = med.asks()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mediator"):
+        med.answer(ask.ask_id, "yes")
+    [nxt] = med.asks()
+    assert (nxt.run_id, nxt.seq, nxt.question) == ("a", 1, "second?")
+    assert f"ask {nxt.ask_id} raised for run a step 1" in caplog.text
+
+
+def test_a_result_that_makes_an_ask_due_pushes_it_after_commit(med, caplog):
+    advert(med, "X")
+    doc = chain("a", "flash")
+    doc["steps"].append({"name": "look", "kind": "ask", "ask": "Lit?", "after": ["flash"]})
+    med.submit(doc)
+    s = claim_next(med, "X")
+    with caplog.at_level("INFO", logger="mediator"):
+        med.report("a", s.seq, "X", s.attempt, "pass")
+    [ask] = med.asks()
+    assert f"ask {ask.ask_id} raised for run a step 1" in caplog.text
+
+
+def test_an_answer_that_settles_the_run_seals_it(med):
+    """§11, I6: a negative answer fails its step and skips what depends on it; the run, settled
+    by the answer, is sealed after the commit like any other."""
+    advert(med, "X")
+    med.submit(ask_doc("a", "go"))
+    [ask] = med.asks()
+    assert med.answer(ask.ask_id, "no", ok=False).settled == "FAILED"
+    assert med.records.verify("a").ok
+
+
+def test_a_cancel_closes_the_runs_open_asks(med):
+    advert(med, "X")
+    med.submit(ask_doc("a", "go"))
+    [ask] = med.asks()
+    med.cancel("a")
+    assert med.asks() == []
+    with pytest.raises(Conflict) as c:
+        med.answer(ask.ask_id, "yes")
+    assert c.value.code == "ask_closed"
+
+
+def test_which_nodes_have_work_is_what_work_answers_node_by_node(med):
+    """The held polls' one read (§19): the nodes among those asked for that `work` would answer
+    a step for; none asked, none answered (and no statement)."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    advert(med, "Z", board="z")
+    med.submit(chain("a", "one"))
+    med.submit(chain("b", "one", needs={"board": "y"}))
+    claim_next(med, "Y")
+    asked = ["X", "Y", "Z", "W"]
+    assert med.nodes_with_work(asked) == {n for n in asked if med.work(n)} == {"X"}
+    assert med.nodes_with_work([]) == set()
