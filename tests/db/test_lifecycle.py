@@ -283,6 +283,7 @@ def test_restart_after_a_step_ran_loses_the_run_and_wakes(med, wakes):
     wakes.clear()
     med.advert("X", {"board": "x"}, "new")
     assert med.get_run("a").verdict == "lost"
+    assert med.records.verify("a").ok  # lost, so sealed after the commit (I6)
     assert wakes == [1]
     # the restart's decision is on record: a settled, then its lease released, in one commit
     kinds = [k for (k,) in sql(med, "SELECT kind FROM events WHERE run_id = 'a' ORDER BY id")]
@@ -323,7 +324,8 @@ def test_an_advert_label_is_kept_to_200_characters_and_refused_past_them_naming_
     med.advert("X", {"board": "x"}, "i1", label="l" * 200)
     with pytest.raises(ContractError) as e:
         med.advert("X", {"board": "x"}, "i1", label="m" * 201)
-    assert e.value.field == "label"
+    assert (e.value.field, e.value.message) == (
+        "label", "label must be a string of at most 200 characters.")  # fmt: skip
     assert [n.label for n in med.list_nodes().nodes] == ["l" * 200]
 
 
@@ -1054,3 +1056,33 @@ def test_which_nodes_have_work_is_what_work_answers_node_by_node(med):
     asked = ["X", "Y", "Z", "W"]
     assert med.nodes_with_work(asked) == {n for n in asked if med.work(n)} == {"X"}
     assert med.nodes_with_work([]) == set()
+
+
+def test_a_node_advertised_by_another_principal_is_refused_naming_it(med):
+    med.advert("X", {"board": "x"}, "i1", principal="alice")
+    with pytest.raises(Forbidden) as e:
+        med.advert("X", {"board": "x"}, "i1", principal="mallory")
+    assert (e.value.code, e.value.message) == (
+        "not_your_node", "Node X belongs to another principal.")  # fmt: skip
+
+
+@pytest.mark.parametrize("change", ["restart", "at-boundary drain"])
+def test_an_adverts_effects_on_a_run_hold_the_run_row_first(med, monkeypatch, change):
+    """The locking rule (§9): restart detection and an at-boundary drain change a run only
+    under its row's lock, taken before its steps are read — seen here from another connection
+    while the advert reads the steps."""
+    advert(med, "X")
+    med.submit(chain("a", "one", "two"))
+    med.claim("a", 0, "X")
+    real, locks = Tx.lock_steps, []
+
+    def watched(self, run_id):
+        locks.append(run_locked_elsewhere(med, run_id))
+        return real(self, run_id)
+
+    monkeypatch.setattr(Tx, "lock_steps", watched)
+    if change == "restart":
+        advert(med, "X", instance="i2")
+    else:
+        advert(med, "X", drain="at-boundary")
+    assert locks == [True]
