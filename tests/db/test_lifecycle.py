@@ -747,10 +747,12 @@ def test_the_run_lock_names_an_unknown_run_or_step(med):
     with its own code, never a crash on an empty read."""
     advert(med, "X")
     med.submit(chain("a", "one"))
-    for run_id, seq, code in [("nope", 0, "unknown_run"), ("a", 7, "unknown_step")]:
+    cases = [("nope", 0, "unknown_run", "No run with run_id 'nope'."),
+             ("a", 7, "unknown_step", "Run a has no step 7.")]  # fmt: skip
+    for run_id, seq, code, message in cases:
         with med.store.tx() as tx, pytest.raises(NotFound) as nf:
             locked(tx, run_id, seq)
-        assert nf.value.code == code
+        assert (nf.value.code, nf.value.message) == (code, message)
     with med.store.tx() as tx:
         run, steps, step = locked(tx, "a", 0)
     assert (run.run_id, [s.name for s in steps], step.name) == ("a", ["one"], "one")
