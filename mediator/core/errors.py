@@ -77,7 +77,7 @@ class TooMany(MediatorError):
     status = 429
     code = "too_many_queued"
 
-    def __init__(self, message: str, *, field: str | None = None, retry_after: int = 10) -> None:
+    def __init__(self, message: str, *, retry_after: int, field: str | None = None) -> None:
         super().__init__(message, field=field)
         self.retry_after = retry_after
 

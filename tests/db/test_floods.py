@@ -90,7 +90,11 @@ def test_a_principal_past_its_needs_classes_cap_is_429_yet_may_queue_in_its_clas
     third = queue(capped, ALICE, "c")
     assert third.status_code == 429 and third.headers["Retry-After"] == "10"
     assert third.json()["error"]["field"] == "roles"
-    assert "max_queued_classes_per_principal" in third.json()["error"]["message"]
+    assert third.json()["error"]["message"] == (
+        "Your QUEUED runs already span 2 distinct needs classes, the most one principal may "
+        "queue (max_queued_classes_per_principal 2); queue runs whose roles need the same as a "
+        "queued run, or retry when some have started."
+    )
     assert queue(capped, ALICE, "a").status_code == 202  # a class she already queues
     assert queue(capped, BOB, "c").status_code == 202  # bob's own classes are his
 

@@ -351,3 +351,22 @@ def test_a_submits_events_say_what_it_decided(med):
     ]
     [(_run, _kind, node, data)] = [r for r in rows if r[0] == "r" and r[1] == "rejected"]
     assert (node, data["reject"]["code"]) == ("", "NO_CANDIDATE")
+
+
+@pytest.mark.parametrize("outcome", ["started", "queued", "rejected"])
+def test_the_record_is_opened_with_the_contract_on_every_path(med, outcome):
+    """I6 (docs/design.md §12): a submit that wrote a run opens its record with the contract as
+    committed — started, queued or refused alike."""
+    import json
+
+    advert(med, "X")
+    if outcome == "queued":
+        med.submit(contract("first"))  # X is busy now
+    doc = contract("a", dut={"board": "nowhere" if outcome == "rejected" else "x"})
+    sub = med.submit(doc)
+    assert (
+        sub.run.state == {"started": "RUNNING", "queued": "QUEUED", "rejected": "FAILED"}[outcome]
+    )
+    opened = json.loads(med.records.read_file("a", "contract.json") or b"null")
+    assert (opened["run_id"], opened["roles"], opened["steps"]) == (
+        "a", doc["roles"], doc["steps"])  # fmt: skip
