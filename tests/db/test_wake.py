@@ -541,6 +541,34 @@ def test_i5_a_run_gets_all_its_leases_or_none(dsn, med, clock, tmp_path, monkeyp
     assert [s.node_id for s in med.get_run("w").steps] == ["", ""]
 
 
+def test_r9_a_node_lost_to_another_process_is_the_only_one_the_retry_leaves_out(
+    dsn, med, clock, tmp_path, monkeypatch
+):
+    """R9: the sweep's promotion loses N1 to another process's submit between its read and its
+    insert. Only the node now busy in the database joins the unavailable ones — not the rest of
+    the assignment — so the same run is matched again at once and starts on N2 and N3, in the
+    same sweep, having been examined once."""
+    advert(med, "N1", board="x")
+    advert(med, "N2", board="x")
+    advert(med, "N3", scope=True, drain="graceful")
+    med.submit(contract("w", dut={"board": "x"}, bench={"scope": True}))  # N3 draining → queued
+    other = Mediator.connect(dsn, clock=clock, records_root=str(tmp_path / "o"))
+    thefts = []
+
+    def steal(_run):
+        if not thefts:
+            thefts.append(other.submit(contract("thief", dut={"board": "x"})).run.assigned)
+
+    try:
+        undrain_quietly(med, "N3")
+        report = sweep_after(med, monkeypatch, steal)
+    finally:
+        other.close()
+    assert thefts == [{"dut": "N1"}]  # the node the sweep had chosen for dut
+    assert (report.promoted, report.examined) == (["w"], 1)
+    assert med.get_run("w").assigned == {"dut": "N2", "bench": "N3"}
+
+
 def test_r8_a_run_cancelled_just_before_its_promotion_is_not_reported_promoted(
     dsn, med, clock, tmp_path, monkeypatch
 ):
