@@ -154,9 +154,11 @@ FIRST = {
     # last of them, after it by run_id) starts on page two when n000 frees at 7,110 s
     "sweep-no-second-page": "first divergence at 7110.000000 s, run r0000086",
     "sweep-page-skips-a-tie": "first divergence at 7110.000000 s, run r0000086",
-    # class n left the queue (w's result at 7,130 s sweeps and drops it); queued again at
-    # 7,150 s, it is learnt again and starts at 7,210 s
-    "memo-forgets-returning-class": "first divergence at 7210.000000 s, run r0000088",
+    # n again, queued at 7,150 s behind the head and 64 tri2 runs that are TOO_WIDE while m000
+    # runs pql (page two, full): it starts on page three when n000 frees at 7,210 s; its class
+    # had left the queue (w's result at 7,130 s sweeps and drops it) and is learnt again
+    "sweep-one-page-past-head": "first divergence at 7210.000000 s, run r0000153",
+    "memo-forgets-returning-class": "first divergence at 7210.000000 s, run r0000153",
     # vw promoted at 101 s; v000 vanishes at 110 s: its lease ends at 701 s, reaped at 900 s
     "promoted-lease-short": "first divergence at 600.000000 s, run r0000002",
     "no-asks-at-promotion": "first divergence at 2300.000000 s, run r0000008",
