@@ -268,6 +268,73 @@ def _head_only() -> contextlib.AbstractContextManager[None]:
     return _patched(sweep, "sweep", head_only)
 
 
+def _no_second_page() -> contextlib.AbstractContextManager[None]:
+    """R6: past a full head (HEAD_PAGE runs) none of which can move, the sweep reads no further
+    page: a run queued behind them waits until the head drains."""
+    from mediator.store.tx import Tx
+
+    return _patched(Tx, "queued_page", lambda *_a, **_k: [])
+
+
+@contextlib.contextmanager
+def _one_page_past_the_head() -> Iterator[None]:
+    """R6: past a full head the sweep reads one page and no more, however full that page was
+    of runs that cannot move."""
+    import mediator.flows.sweep as sweep
+    from mediator.store.tx import Tx
+
+    real_sweep, real_page = sweep.sweep, Tx.queued_page
+    pages: list[int] = [0]
+
+    def sweeping(ctx: Any, first: Any = None, guard: bool = False) -> Any:
+        pages[0] = 0
+        return real_sweep(ctx, first, guard)
+
+    def page(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pages[0] += 1
+        return real_page(self, *args, **kwargs) if pages[0] == 1 else []
+
+    with _patched(sweep, "sweep", sweeping), _patched(Tx, "queued_page", page):
+        yield
+
+
+def _page_skips_a_tie() -> contextlib.AbstractContextManager[None]:
+    """R6 / I7: the page past the head starts after the head's last instant, so a run queued at
+    that same instant (after it by run_id, the FIFO tie) is skipped."""
+    from mediator.store.tx import Tx
+
+    real: Any = Tx.queued_page  # called with after_id None, which its signature does not allow
+
+    def past_the_instant(self: Any, keys: Any, after_at: Any, _after_id: Any, limit: int) -> Any:
+        return real(self, keys, after_at, None, limit)  # (at, NULL): no row at `at` compares
+
+    return _patched(Tx, "queued_page", past_the_instant)
+
+
+@contextlib.contextmanager
+def _memo_forgets_returning() -> Iterator[None]:
+    """§6 "Sweeps remember": a class that left the queue is never learnt again; its runs queued
+    later are never walked (until the memo is reset)."""
+    from mediator.flows.sweep import SweepMemo
+
+    real_add, real_drop = SweepMemo._add, SweepMemo._drop
+
+    def gone(memo: Any) -> set[str]:
+        return vars(memo).setdefault("_planted_gone", set())  # type: ignore[no-any-return]
+
+    def add(self: Any, key: str, needs: Any) -> None:
+        if key not in gone(self):
+            real_add(self, key, needs)
+
+    def drop(self: Any, key: str) -> None:
+        if key in self._needs:
+            gone(self).add(key)
+        real_drop(self, key)
+
+    with _patched(SweepMemo, "_add", add), _patched(SweepMemo, "_drop", drop):
+        yield
+
+
 def _promote_params(
     change: Callable[[dict[str, Any]], None],
 ) -> contextlib.AbstractContextManager[None]:
@@ -505,6 +572,15 @@ PLANTS: tuple[Plant, ...] = (
           "a queued run the sweep finds too wide is ended", _too_wide_fails_at_promotion),
     Plant("sweep-head-only", "R6 (the whole queue)",
           "the sweep stops at the queue's first run", _head_only),
+    Plant("sweep-no-second-page", "R6 (the whole queue: past a full head)",
+          "past a full head that cannot move, no further page is read", _no_second_page),
+    Plant("sweep-one-page-past-head", "R6 (the whole queue: page after page)",
+          "past a full head one page is read, however full", _one_page_past_the_head),
+    Plant("sweep-page-skips-a-tie", "R6 / I7 (FIFO ties across pages)",
+          "the page past the head skips a run queued at the head's last instant",
+          _page_skips_a_tie),
+    Plant("memo-forgets-returning-class", "§6 sweeps remember (a class waiting again)",
+          "a class that left the queue is never learnt again", _memo_forgets_returning),
     Plant("promoted-lease-short", "R11 (promoted lease TTL)",
           "promoted leases last half the TTL", _short_promoted_ttl),
     Plant("no-asks-at-promotion", "R12 (asks at promotion)",
@@ -559,6 +635,9 @@ CAUGHT_BY: dict[str, str] = {
     "no-restart-detection": "rules", "sweep-newest-first": "asks",
     "too-wide-refused-when-busy": "edges", "too-wide-fails-at-promotion": "edges",
     "sweep-head-only": "edges", "promoted-lease-short": "edges", "no-asks-at-promotion": "edges",
+    "sweep-no-second-page": "edges", "sweep-one-page-past-head": "edges",
+    "sweep-page-skips-a-tie": "edges",
+    "memo-forgets-returning-class": "edges",
     "wakes-deferred": "edges", "heartbeat-sweeps": "edges", "reaper-always-sweeps": "edges",
     "retry-sweeps": "edges", "not-ok-skips-nothing": "edges", "answer-no-wake": "edges",
     "cancel-frees-claimed": "edges", "reaper-off": "edges", "restart-no-rebind": "edges",

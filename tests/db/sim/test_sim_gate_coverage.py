@@ -150,6 +150,15 @@ FIRST = {
     "too-wide-fails-at-promotion": "first divergence at 3400.000000 s, run r0000011",
     # the cancel frees d000 at 1,100 s; d (queued behind c, whose c000 is still busy) starts
     "sweep-head-only": "first divergence at 1100.000000 s, run r0000005",
+    # 64 k runs fill the queue's head while k000 runs kl; n (queued at the same instant as the
+    # last of them, after it by run_id) starts on page two when n000 frees at 7,110 s
+    "sweep-no-second-page": "first divergence at 7110.000000 s, run r0000086",
+    "sweep-page-skips-a-tie": "first divergence at 7110.000000 s, run r0000086",
+    # n again, queued at 7,150 s behind the head and 64 tri2 runs that are TOO_WIDE while m000
+    # runs pql (page two, full): it starts on page three when n000 frees at 7,210 s; its class
+    # had left the queue (w's result at 7,130 s sweeps and drops it) and is learnt again
+    "sweep-one-page-past-head": "first divergence at 7210.000000 s, run r0000153",
+    "memo-forgets-returning-class": "first divergence at 7210.000000 s, run r0000153",
     # vw promoted at 101 s; v000 vanishes at 110 s: its lease ends at 701 s, reaped at 900 s
     "promoted-lease-short": "first divergence at 600.000000 s, run r0000002",
     "no-asks-at-promotion": "first divergence at 2300.000000 s, run r0000008",

@@ -21,7 +21,7 @@ import mediator.flows.sweep as sweep_flow
 import mediator.store.connector as connector
 from mediator.core.match import Advert, Assignment, match
 from mediator.flows.after import AfterCommit
-from mediator.store.tx import Tx
+from mediator.store.tx import SweepHead, Tx
 from sim.outputs import coverage
 from sim.outputs.gate import BaselineError
 from sim.platform.core import EventQueue
@@ -33,7 +33,8 @@ WATCHED: list[tuple[Any, str]] = [
     (progress_mod, "drained_at_boundary"), (advert_flow, "drained_at_boundary"),
     (submit_flow, "match"), (submit_flow, "submit"), (ending_flow, "reap"), (ending_flow, "end"),
     (asks_flow, "contract_mod"), (steps_flow, "report"), (Tx, "_leasing"), (Tx, "rebind_lease"),
-    (connector, "check_edges"), (EventQueue, "events"),
+    (connector, "check_edges"), (EventQueue, "events"), (Tx, "queued_page"),
+    (sweep_flow.SweepMemo, "_add"), (sweep_flow.SweepMemo, "_drop"),
 ]  # fmt: skip
 
 FOLD_NEEDS = {"dut": {"board": True}, "host": {"host": True}}
@@ -99,6 +100,30 @@ def test_the_folding_and_exact_order_plants_change_the_edges_cases_choice() -> N
         assert match(fold_needs, fold_fleet, set(), 2) == folded  # greedy's choice untouched
     assert match(fold_needs, fold_fleet, set(), 2) == folded
     assert match(exact_needs, exact_fleet, set(), 2) == narrowest
+
+
+def test_the_memo_plant_forgets_a_class_that_waits_again_and_only_while_installed() -> None:
+    """§6 "Sweeps remember", as in the ``edges`` case's class n: it waits, a read since the mark
+    says it no longer does (its run was promoted), and a later read says it waits again — the
+    memo holds it again. With ``memo-forgets-returning-class`` installed it does not: its runs
+    would never be walked."""
+    needs = {"n": {"n": True}}
+
+    def waiting(memo: sweep_flow.SweepMemo, classes: Any, since: int | None) -> int:
+        head = SweepHead(classes, [], [], since=since, mark=(since or 0) + 1,
+                         full=since is None, queued=True)  # fmt: skip
+        return memo.plan(head, None, None, set(), 2).classes  # nothing free: the classes held
+
+    def learnt_again() -> int:
+        memo = sweep_flow.SweepMemo()
+        assert waiting(memo, [("n", needs)], None) == 1
+        assert waiting(memo, [("n", None)], 1) == 0
+        return waiting(memo, [("n", needs)], 2)
+
+    assert learnt_again() == 1
+    with coverage.plant("memo-forgets-returning-class").apply():
+        assert learnt_again() == 0
+    assert learnt_again() == 1
 
 
 def test_plant_ids_are_unique_and_an_unknown_one_is_refused() -> None:
