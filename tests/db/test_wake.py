@@ -131,6 +131,27 @@ def test_config_refuses_a_lease_ttl_of_0_for_users():
     assert e.value.field == "lease_ttl_seconds"
 
 
+def test_r6_a_sweep_walks_a_queue_of_several_pages_once_each_in_order(dsn, clock, tmp_path):
+    """R6 over pages (docs/design.md §6): past its head (HEAD_PAGE runs, read with the classes) a
+    sweep reads the queue in pages from where the last one ended, in (created_at, run_id) order —
+    runs queued at the same instant included. 140 runs that stay QUEUED (TOO_WIDE at promotion:
+    the node that serves both roles is busy) are each examined exactly once, in arrival order."""
+    med = Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path))
+    try:
+        med.advert("N1", {"a": True, "b": True}, "i")
+        med.advert("N2", {"a": True}, "i")
+        med.advert("N3", {"b": True}, "i")
+        assert med.submit(contract("hold", r1={"a": True, "b": True})).outcome == Outcome.STARTED
+        wide = {"r1": {"a": True}, "r2": {"b": True}}
+        ids = [f"q{i:03}" for i in range(2 * sweep_flow.HEAD_PAGE + 12)]  # three pages and more
+        for run_id in ids:  # the same instant: the queue's order is the run_id's
+            assert med.submit(contract(run_id, **wide)).outcome == Outcome.QUEUED
+        report = med.wake_queued()
+        assert (report.too_wide, report.examined, report.promoted) == (ids, len(ids), [])
+    finally:
+        med.close()
+
+
 def test_promotion_leaves_a_too_wide_run_queued(dsn, clock, tmp_path):
     """R10 / docs/design.md §7: width over the cap at promotion is not permanent — it depends on
     which nodes are free — so the run stays QUEUED, and goes once folding makes it narrow."""
