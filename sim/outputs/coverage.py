@@ -144,6 +144,25 @@ def _fewer_attempts() -> contextlib.AbstractContextManager[None]:
     return _patched(steps, "decide_result", decide)
 
 
+def _verdict_flipped() -> contextlib.AbstractContextManager[None]:
+    """SettleIfDone (§9): a run whose every step passed ends FAILED, and one with a failed step
+    PASSED — the verdict, which moves no start."""
+    import mediator.core.progress as progress
+    import mediator.core.states as states
+    from mediator.core.states import RunState, Verdict
+
+    real = states.settle_verdict  # what progress calls, by its own name (patched there)
+
+    def flipped(step_states: Any) -> Any:
+        d = real(step_states)
+        if d is None:
+            return d
+        return (RunState.FAILED, Verdict.FAIL) if d[1] == Verdict.PASS else (
+            RunState.PASSED, Verdict.PASS)  # fmt: skip
+
+    return _patched(progress, "settle_verdict", flipped)
+
+
 def _no_partial_release() -> contextlib.AbstractContextManager[None]:
     """R15 / applyRelease: a node whose steps in the run are done keeps its lease till the end."""
     import mediator.core.progress as progress
@@ -556,6 +575,8 @@ PLANTS: tuple[Plant, ...] = (
           "no exact width search: a wide greedy choice is TOO_WIDE", _greedy_width),
     Plant("attempts-minus-one", "retries / max_attempts (§9)",
           "a retried step gets one attempt fewer", _fewer_attempts),
+    Plant("verdict-flipped", "SettleIfDone (§9: the verdict)",
+          "a run whose steps all passed ends FAILED, one with a failure PASSED", _verdict_flipped),
     Plant("no-partial-release", "partial release (R15, applyRelease)",
           "a node done with its steps keeps its lease until the run ends", _no_partial_release),
     Plant("drain-kinds-swapped", "drain, both kinds (§10)",
@@ -629,7 +650,7 @@ UNEXERCISABLE = {
 # catching it).
 CAUGHT_BY: dict[str, str] = {
     "match-ignores-folding": "rules", "match-last-candidate": "asks", "match-no-reuse": "edges",
-    "exact-order-flipped": "edges",
+    "exact-order-flipped": "edges", "verdict-flipped": "steady",
     "width-greedy-only": "rules", "attempts-minus-one": "rules", "no-partial-release": "mixed",
     "drain-kinds-swapped": "rules", "drain-at-boundary-graceful": "rules",
     "no-restart-detection": "rules", "sweep-newest-first": "asks",
@@ -773,6 +794,8 @@ def _caught_by(o: Outcome) -> str:
     d = o.divergence
     if o.error:
         return f"{o.name}: the run crashed ({o.error[:80]})"
+    if d is None and o.verdicts is not None:
+        return f"{o.name}: {o.headline().split('; ')[-1]}"
     if d is None:
         return f"{o.name}: {len(o.violations)} invariant violation(s): {o.violations[:1]}"
     return f"{o.name}: first divergence at {seconds(d.at_us)} s, run {d.run_id}"

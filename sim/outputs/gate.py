@@ -9,7 +9,8 @@ on the real Mediator and compares:
 
 - exact mode (the default): the decisions must be identical; otherwise the report names the
   *first divergence* — the instant, the run, what the baseline did, what happened now, the queue
-  at that instant — and how many decisions differ after it;
+  at that instant — and how many decisions differ after it. The runs counted by verdict must be
+  the same too (docs/design.md §20: how runs end moves no start);
 - drift mode (``--tolerance F``), for intended changes: which metrics (mean/p95/p99 wait,
   utilisation, stuck time) moved beyond the baseline's intervals widened by ``F`` × the value.
 
@@ -512,6 +513,9 @@ class Outcome:
     divergence: Divergence | None = None
     metrics: list[Metric] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    # Exact mode: the runs counted by verdict, (baseline, now), when they differ — a change in
+    # how runs end (SettleIfDone, docs/design.md §9) that moved no start.
+    verdicts: tuple[dict[str, int], dict[str, int]] | None = None
     error: str = ""
     wall_s: float = 0.0
     now_decisions: list[Decision] = field(default_factory=list, repr=False)
@@ -533,6 +537,9 @@ class Outcome:
                          f"(#{d.index}); {d.differ} run(s) decided differently")  # fmt: skip
         else:
             parts.append(f"{self.decisions} decisions identical (sha256 {self.digest[:12]})")
+        if self.verdicts is not None:
+            parts.append(f"runs by verdict {_counts(self.verdicts[0])} in the baseline, "
+                         f"{_counts(self.verdicts[1])} now")  # fmt: skip
         if self.mode == "drift":
             moved = [m.label for m in self.metrics if m.moved]
             parts.append(f"moved: {', '.join(moved)}" if moved else "no metric moved")
@@ -547,6 +554,10 @@ class Outcome:
         if metrics and (self.mode == "drift" or (self.divergence is not None and self.metrics)):
             lines.append(metrics_table(self.metrics))
         return "\n".join(lines)
+
+
+def _counts(by: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(by.items())) or "none"
 
 
 def _indent(text: str) -> str:
@@ -605,7 +616,15 @@ def check_case(job: _Job) -> Outcome:
     out.divergence = div
     summary = plain(result.summary(digits=None))
     out.metrics = drift(base.summary, summary, job.tolerance or 0.0)
-    ok = div is None if mode == "exact" else not any(m.moved for m in out.metrics)
+    # Exact mode: the same starts, and the runs ending the same ways (a verdict decides nothing
+    # about who runs where, so a change of it would pass the decisions alone).
+    was, now = base.summary.get("by_verdict"), summary.get("by_verdict")
+    if mode == "exact" and isinstance(was, dict) and was != now:
+        out.verdicts = (was, now if isinstance(now, dict) else {})
+    if mode == "exact":
+        ok = div is None and out.verdicts is None
+    else:
+        ok = not any(m.moved for m in out.metrics)
     out.status = "pass" if ok and not out.violations else "fail"
     out.wall_s = time.perf_counter() - started
     return out

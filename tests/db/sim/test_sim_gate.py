@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
+import mediator.core.progress as progress_mod
 from mediator.core.match import AdvertIndex, Assignment
+from mediator.core.states import RunState, Verdict
 from mediator.flows import submit as submit_flow
 from mediator.flows import sweep as sweep_flow
 from sim.inputs import scenarios as S
@@ -156,6 +158,31 @@ def test_flipping_the_matchers_tie_break_is_caught_at_the_first_run(
     drift = gate.check(baseline, ["steady_small"], tolerance=0.0, database_url=server_url)
     assert drift.exit_code == 0, drift.text()
     assert drift.outcomes[0].divergence is not None  # still reported, not failed
+
+
+def test_runs_ending_another_way_fail_the_gate_though_every_start_is_the_same(
+    baseline: Path, server_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docs/design.md §20: a verdict moves no start, so SettleIfDone turned round (every passing
+    run ends FAILED) leaves the decisions identical; the gate fails on the runs counted by
+    verdict instead, and says how they moved."""
+    real = progress_mod.settle_verdict
+
+    def flipped(step_states: Any) -> Any:
+        d = real(step_states)
+        return None if d is None else (RunState.FAILED, Verdict.FAIL)
+
+    monkeypatch.setattr(progress_mod, "settle_verdict", flipped)
+    report = gate.check(baseline, ["steady_small"], database_url=server_url)
+    assert report.exit_code == 1
+    (outcome,) = report.outcomes
+    assert outcome.divergence is None
+    assert outcome.verdicts == ({"pass": 60}, {"fail": 60})
+    assert "60 decisions identical" in outcome.headline()
+    assert "runs by verdict pass 60 in the baseline, fail 60 now" in report.text()
+    failure = ET.parse(report.write_junit(tmp_path / "g.xml")).getroot().find(
+        "testsuite/testcase/failure")  # fmt: skip
+    assert failure is not None and failure.get("type") == "SchedulingChanged"
 
 
 def test_drift_mode_names_the_metrics_that_moved_beyond_their_intervals(

@@ -138,6 +138,8 @@ FIRST = {
     # exact (ga…ge, max_width 2): greedy is 3 wide; {xc000, xd000} and {xa000, xb000} tie at 2
     "exact-order-flipped": "first divergence at 6100.000000 s, run r0000019",
     "width-greedy-only": "first divergence at 126.601622 s, run r0000001",
+    # every start the same; only how the runs ended changed
+    "verdict-flipped": "runs by verdict pass 300 in the baseline, fail 300 now",
     "attempts-minus-one": "first divergence at 4751.699390 s, run r0000111",
     "no-partial-release": "first divergence at 381.467588 s, run r0000018",
     # told graceful, the node claims a step the Mediator refuses as draining at the boundary
