@@ -383,3 +383,15 @@ def test_a_contract_past_the_width_search_budget_is_refused_at_submit_and_dry_ru
     same = {f"r{i:02d}": {"board": "x"} for i in range(64)}  # one distinct need: no search
     advert(med, "x", board="x")
     assert med.submit(contract(**same), dry_run=True).dry_run["width"] == 1
+
+
+def test_r3_an_existing_run_is_answered_before_the_width_search_budget(med):
+    """R3 first: a run_id that exists is answered with its run (200) even when the contract sent
+    again is past the width search's budget, as for a contract that does not parse."""
+    from mediator.core.limits import MAX_SEARCH_NEEDS
+
+    advert(med, "X")
+    med.submit(contract("a"))
+    wide = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS + 1)}
+    again = med.submit(contract("a", **wide))
+    assert (again.outcome, again.run.run_id, again.run.state) == ("existing", "a", "RUNNING")

@@ -1013,6 +1013,16 @@ def test_an_answer_raises_the_next_ask_and_pushes_it_after_commit(med, caplog):
     assert f"ask {nxt.ask_id} raised for run a step 1" in caplog.text
 
 
+def test_a_run_that_starts_with_an_ask_pushes_it_after_the_submit_commits(med, caplog):
+    """R12: a run started at submit whose first step is an ask raises it in the submit's
+    transaction and pushes it after the commit."""
+    advert(med, "X")
+    with caplog.at_level("INFO", logger="mediator"):
+        med.submit(ask_doc("a", "go"))
+    [ask] = med.asks()
+    assert f"ask {ask.ask_id} raised for run a step 0" in caplog.text
+
+
 def test_a_result_that_makes_an_ask_due_pushes_it_after_commit(med, caplog):
     advert(med, "X")
     doc = chain("a", "flash")
