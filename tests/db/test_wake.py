@@ -119,8 +119,39 @@ def test_wake_with_lease_ttl_0_errors_before_anything(dsn, clock, tmp_path):
         with pytest.raises(ConfigError) as e:
             med.wake_queued()
         assert e.value.field == "lease_ttl_seconds"
-        assert "lease_ttl_seconds must be greater than 0 to promote queued runs" in str(e.value)
+        assert e.value.message == (
+            "lease_ttl_seconds must be greater than 0 to promote queued runs (R11).")  # fmt: skip
         assert med.get_run("q").state == "QUEUED"
+    finally:
+        med.close()
+
+
+@pytest.mark.parametrize("ttl", [1, 0.5])
+def test_any_lease_ttl_above_0_promotes(dsn, clock, tmp_path, ttl):
+    """R11 refuses only a TTL that never expires a lease (≤ 0); a short one is a user's choice."""
+    med = Mediator.connect(dsn, Config(lease_ttl_seconds=ttl), clock, records_root=str(tmp_path))
+    try:
+        advert(med, "X", drain="graceful")
+        med.submit(contract("q"))
+        undrain_quietly(med, "X")
+        assert med.wake_queued().promoted == ["q"]
+    finally:
+        med.close()
+
+
+def test_a_run_left_queued_as_too_wide_says_so_in_the_log(dsn, clock, tmp_path, caplog):
+    """R10: a run the sweep leaves QUEUED because it is too wide with the nodes free now is
+    logged with its id and the matcher's reason (an operator's answer to "why does it wait?")."""
+    med = Mediator.connect(dsn, Config(max_width=1), clock, records_root=str(tmp_path))
+    try:
+        med.advert("N1", {"a": True, "b": True}, "i")
+        med.advert("N2", {"a": True}, "i")
+        med.advert("N3", {"b": True}, "i")
+        med.submit(contract("hold", r1={"a": True, "b": True}))
+        med.submit(contract("q", r1={"a": True}, r2={"b": True}))
+        with caplog.at_level("INFO", logger="mediator"):
+            assert med.wake_queued().too_wide == ["q"]
+        assert "run q stays queued: " in caplog.text
     finally:
         med.close()
 

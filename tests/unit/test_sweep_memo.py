@@ -105,6 +105,9 @@ def test_kept_answers_equal_fresh_matches_after_every_kind_of_fleet_and_queue_ch
             assert memo.answer(key) == fresh[key], (key, waiting[key])
         for key in gone:
             assert memo.answer(key) is None
+        # A long-lived process sees many classes come and go: what it holds is only what waits
+        # (its class index included), so its memory follows the queue, not the history.
+        assert len(memo._index) == len(memo._needs) == len(waiting)
         # The classes worth walking for: exactly those not refused for the whole sweep.
         assert second.needs.keys() == {
             k for k, r in fresh.items() if getattr(r, "code", None) not in (ALL_BUSY, NO_CANDIDATE)
