@@ -174,9 +174,8 @@ def test_dry_run_creates_nothing_and_ignores_drain(med):
     assert before.outcome == after.outcome == Outcome.DRY_RUN
     assert before.body() == after.body() == {"dry_run": True, "assigned": {"dut": "X"}, "width": 1}
     assert count(med, "runs") == 0
-    assert med.submit(contract("z", dut={"board": "q"}), dry_run=True).body()["reject"]["code"] == (
-        "NO_CANDIDATE"
-    )
+    refused = med.submit(contract("z", dut={"board": "q"}), dry_run=True).body()
+    assert (refused["dry_run"], refused["reject"]["code"]) == (True, "NO_CANDIDATE")
 
 
 def test_generated_run_ids_are_time_ordered_from_the_mediators_clock(med, clock):
@@ -309,6 +308,13 @@ def test_a_malformed_contract_without_a_run_id_is_refused_without_a_read(med, mo
     with pytest.raises(ContractError):
         med.submit({"run_id": "r-1", "roles": "nope"})  # no such run: refused after one read
     assert read == ["r-1"]
+    # Past the width search's budget, the same: no run_id, no read.
+    from mediator.core.limits import MAX_SEARCH_NEEDS
+
+    wide = {f"r{i:02d}": {f"k{i}": True} for i in range(MAX_SEARCH_NEEDS + 1)}
+    with pytest.raises(ContractError) as e:
+        med.submit(contract(**wide))
+    assert (e.value.code, read) == ("width_search_too_large", ["r-1"])
 
 
 def test_r3_a_run_id_taken_between_the_fleet_read_and_the_insert_answers_the_stored_run(
