@@ -175,3 +175,22 @@ def test_a_read_older_than_the_mark_only_adds_classes_and_never_moves_it_back():
     plan(memo, read(FLEET, [("d", NEEDS)], mark=15, since=15), 3)
     rewound = plan(memo, read(FLEET, [("e", NEEDS)], mark=3, since=15, full=True), 3)
     assert rewound.classes == 1 and memo.mark == 3 and memo.answer("d") is None
+
+
+def test_a_class_that_came_and_went_while_no_node_was_free_is_not_matched_later():
+    """§6: a class learnt while every node was busy (so not matched) and gone before a node
+    came free must leave the memo whole — the next sweep with a free node matches exactly the
+    classes that wait, and does not fail on one that left (a failed wake is R16's, and this one
+    would fail again at every wake while the memo held the stale class)."""
+    busy = [FleetNode("n0", {"board": "a"}, "i1", "", True)]
+    free = [FleetNode("n0", {"board": "a"}, "i1", "", False)]
+    here, gone = {"r": {"board": "a"}}, {"r": {"board": "b"}}
+    memo = SweepMemo()
+    first = plan(memo, read(free, [("c0", here)], mark=10, full=True), 1)
+    assert first.matched == 1  # a sweep with a free node: the memo holds answers for a fleet
+    came = memo.plan(read(busy, [("c1", gone)], mark=11, since=10), None, None, set(), 1)
+    went = memo.plan(read(busy, [("c1", None)], mark=12, since=11), None, None, set(), 1)
+    assert (came.classes, went.classes) == (2, 1)  # learnt and dropped, never matched
+    later = plan(memo, read(free, [], mark=13, since=12), 1)
+    assert (later.classes, set(later.needs), memo.answer("c1")) == (1, {"c0"}, None)
+    assert memo.answer("c0") == answers(free, {"c0": here}, 1)["c0"]
