@@ -795,7 +795,7 @@ def _caught_by(o: Outcome) -> str:
     if o.error:
         return f"{o.name}: the run crashed ({o.error[:80]})"
     if d is None and o.verdicts is not None:
-        return f"{o.name}: {o.headline().split('; ')[-1]}"
+        return f"{o.name}: {o.verdicts_moved()}"
     if d is None:
         return f"{o.name}: {len(o.violations)} invariant violation(s): {o.violations[:1]}"
     return f"{o.name}: first divergence at {seconds(d.at_us)} s, run {d.run_id}"

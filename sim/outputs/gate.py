@@ -538,12 +538,16 @@ class Outcome:
         else:
             parts.append(f"{self.decisions} decisions identical (sha256 {self.digest[:12]})")
         if self.verdicts is not None:
-            parts.append(f"runs by verdict {_counts(self.verdicts[0])} in the baseline, "
-                         f"{_counts(self.verdicts[1])} now")  # fmt: skip
+            parts.append(self.verdicts_moved())
         if self.mode == "drift":
             moved = [m.label for m in self.metrics if m.moved]
             parts.append(f"moved: {', '.join(moved)}" if moved else "no metric moved")
         return "; ".join(parts)
+
+    def verdicts_moved(self) -> str:
+        """How the runs counted by verdict moved (exact mode, when they did)."""
+        was, now = self.verdicts or ({}, {})
+        return f"runs by verdict {_counts(was)} in the baseline, {_counts(now)} now"
 
     def text(self, metrics: bool = True) -> str:
         lines = [f"{self.status.upper():5s} {self.name}: {self.headline()}"]

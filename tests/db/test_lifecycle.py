@@ -819,11 +819,7 @@ def test_a_lease_freed_under_the_run_lock_says_why(med):
     med.submit(chain("a", "one"))
     med.cancel("a")
     assert released(med, "a") == [("X", "cancelled")]
-    doc = {"run_id": "b", "roles": {"dut": {"board": "x"}}, "steps": [
-        {"name": "go?", "kind": "ask", "ask": "Go?"},
-        {"name": "run", "role": "dut", "after": ["go?"], "with": {"cmd": "true"}},
-    ]}  # fmt: skip
-    med.submit(doc)
+    med.submit(ask_doc("b", "go"))
     [ask] = med.asks()
     med.answer(ask.ask_id, "no", ok=False)
     assert released(med, "b") == [("X", "settled")]
