@@ -21,6 +21,7 @@ kernel and stopped when the kernel exits.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
@@ -220,6 +221,7 @@ def render(
     scale: str = "full",
     database_url: str | None = None,
     progress: bool = True,
+    parameters: Mapping[str, Any] | None = None,
 ) -> Path:
     """Execute a notebook at `scale` and write it as ``out/<name>.html`` (the report's step).
 
@@ -230,28 +232,47 @@ def render(
         database_url: a PostgreSQL server for the notebook's simulations; None lets the notebook
             start its own embedded cluster.
         progress: show a progress bar over the notebook's cells while it runs.
+        parameters: other parameter overrides (the report's ``capacity_dir``). A path inside
+            `out` is shown on the page relative to it, as a reader of the folder sees it.
 
     Returns:
         The HTML file's path.
     """
     if scale not in SCALES:
         raise ValueError(f"scale {scale!r} not in {SCALES}")
-    params: dict[str, Any] = {"scale": scale}
+    params: dict[str, Any] = {"scale": scale, **(parameters or {})}
     if database_url is not None:
         params["database_url"] = database_url
     nb = execute(book, params, progress=progress)
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
+    shown = {}
+    for value in (parameters or {}).values():
+        if isinstance(value, str) and Path(value).is_absolute():
+            with contextlib.suppress(ValueError):  # not inside out: shown as it is
+                shown[value] = Path(value).relative_to(target.resolve()).as_posix()
     path = target / f"{Path(book).stem}.html"
-    path.write_text(to_html(conceal(nb, database_url)), encoding="utf-8")
+    path.write_text(to_html(conceal(nb, database_url, shown)), encoding="utf-8")
     return path
+
+
+def parameter_names(book: str | os.PathLike[str]) -> set[str]:
+    """The names a notebook's ``parameters`` cell assigns (what ``execute`` may override)."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(Path(book), as_version=4)
+    tree = ast.parse(nb.cells[_parameters_index(nb)].source)
+    return {t.id for node in tree.body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}  # fmt: skip
 
 
 #: What a rendered notebook shows instead of the server URL it was given.
 CONCEALED_URL = "<the report's PostgreSQL server>"
 
 
-def conceal(nb: Any, database_url: str | None) -> Any:
+def conceal(nb: Any, database_url: str | None, shown: Mapping[str, str] | None = None) -> Any:
     """The executed notebook as a reader should see it: the database URL it was given — a
     temporary socket directory, perhaps a password — replaced by ``CONCEALED_URL`` in the
     injected parameters and in every output (the URL means nothing to a reader and must not
@@ -260,16 +281,21 @@ def conceal(nb: Any, database_url: str | None) -> Any:
     Args:
         nb: an executed notebook (changed in place).
         database_url: the URL to hide; None hides nothing.
+        shown: other texts to show otherwise (a folder of the report, as a reader finds it).
 
     Returns:
         The notebook.
     """
-    if not database_url:
+    swaps = dict(shown or {})
+    if database_url:
+        swaps[database_url] = CONCEALED_URL
+    if not swaps:
         return nb
-    shown = repr(CONCEALED_URL)
 
     def scrub(text: str) -> str:
-        return text.replace(repr(database_url), shown).replace(database_url, CONCEALED_URL)
+        for hidden, instead in swaps.items():
+            text = text.replace(repr(hidden), repr(instead)).replace(hidden, instead)
+        return text
 
     for cell in nb.cells:
         cell.source = scrub(cell.source)

@@ -31,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from sim.inputs.scenarios import Scenario
 from sim.inputs.theory import mmc_params
 from sim.inputs.traces import fifo_waits
 from sim.inputs.workload import materialize
-from sim.outputs.notebooks import render
+from sim.outputs.notebooks import parameter_names, render
 from sim.parallel import spawn_pool
 from sim.platform.measure import promotions_diff
 from sim.studies.plan import plan as capacity_plan
@@ -457,8 +457,13 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
             name: pool.submit(_case, name, scenarios[name], str(out), url)
             for name in sorted(scenarios, key=lambda n: -cost[n])
         }
-        rendered = books.submit(_render_notebooks, out, scale, url)
-        cap = cap_run.result()
+        saved: Future[Path] = Future()  # the plan, for the notebooks that show it
+        rendered = books.submit(_render_notebooks, out, scale, url, saved)
+        try:
+            cap = cap_run.result()
+            saved.set_result(save_capacity(out, cap))
+        finally:
+            saved.cancel()  # no plan: a notebook waiting for it stops waiting (no-op once set)
         bar = tqdm(total=len(cases), desc="scenarios", unit="scenario")
         for _ in as_completed(cases.values()):
             bar.update(1)
@@ -497,18 +502,36 @@ def main_job(out: Path, scale: str = "full", database_url: str | None = None) ->
     return 1 if bad else 0
 
 
-def _render_notebooks(out: Path, scale: str, database_url: str | None = None) -> list[str]:
-    """Execute every notebook in notebooks/ and render it to HTML in out/ (docs/notebooks.md)."""
+def save_capacity(out: Path, cap: Capacity) -> Path:
+    """Save the capacity plan and its growth table under ``out/capacity`` (the folder a
+    notebook's ``capacity_dir`` names): ``plan/`` as ``CapacityPlan.save`` writes it, and
+    ``growth.csv``. Returns the folder."""
+    d = out / "capacity"
+    cap.plan.save(d / "plan")
+    cap.growth.to_csv(d / "growth.csv", index=False)
+    return d
+
+
+def _render_notebooks(
+    out: Path, scale: str, database_url: str | None = None, saved: Future[Path] | None = None
+) -> list[str]:
+    """Execute every notebook in notebooks/ and render it to HTML in out/ (docs/notebooks.md).
+
+    A notebook with a ``capacity_dir`` parameter shows the report's own capacity plan rather
+    than planning the same workload again: it is rendered last, once ``saved`` gives the
+    folder (``save_capacity``), while the others render beside the confirmation. Its kernel
+    then costs seconds, not the half-minute of a second plan."""
     root = Path(__file__).resolve().parents[2] / "notebooks"
     books = sorted(root.glob("*.ipynb")) if root.is_dir() else []
+    later = [b for b in books if saved is not None and "capacity_dir" in parameter_names(b)]
     rendered = []
-    for book in books:
+    for book in [b for b in books if b not in later] + later:
+        extra = {"capacity_dir": str(saved.result().resolve())} if book in later and saved else {}
         # No bar: the notebooks run beside the scenarios and the confirmation (main_job).
-        rendered.append(
-            render(book, out, scale=scale, database_url=database_url, progress=False).name
-        )
+        page = render(book, out, scale, database_url, progress=False, parameters=extra)
+        rendered.append(page.name)
         print(f"notebook rendered: {rendered[-1]}", flush=True)
-    return rendered
+    return sorted(rendered)
 
 
 # ---------------------------------------------------------------------------------------------

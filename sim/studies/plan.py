@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import html
 import io
+import json
 import math
 import os
 import shutil
@@ -49,6 +50,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,8 @@ from sim.studies.classplan import plan_classes
 
 ENGINES = BROKERS  # the old name, kept for one release
 QUANTILES = (0.5, 0.95, 0.99)
+#: The version of what ``CapacityPlan.save`` writes; ``load`` refuses any other.
+PLAN_FORMAT = 1
 
 Workload = Scenario | Callable[[int], Scenario]
 
@@ -588,10 +592,90 @@ class CapacityPlan:
                 f.write(doc + "\n")
         return doc
 
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the plan to ``folder`` so that ``CapacityPlan.load`` gives it back equal: every
+        table, every replication's waits, the recommendation and the notes. The report saves
+        its plan there and its capacity notebook shows it instead of planning the same workload
+        again (docs/notebooks.md).
+
+        Files: ``plan.json`` (target, sizes, engine, recommendation, notes and each
+        replication's figures), ``grid.csv`` and ``confirmation.csv`` (floats written to round
+        trip exactly), ``waits.npz`` (each replication's waits, by its index in ``plan.json``).
+
+        Returns:
+            The folder.
+        """
+        d = Path(folder)
+        d.mkdir(parents=True, exist_ok=True)
+        reps = [
+            {k: v for k, v in dataclasses.asdict(r).items() if k != "waits"}
+            for r in self.replications
+        ]
+        meta = {
+            "format": PLAN_FORMAT,
+            "target": self.target,
+            "sizes": list(self.sizes),
+            "engine": self.engine,
+            "recommended": self.recommended,
+            "scenario_name": self.scenario_name,
+            "confirmation_note": self.confirmation_note,
+            "replications": reps,
+        }
+        (d / "plan.json").write_text(json.dumps(meta, indent=1, default=_plain) + "\n")
+        self.grid.to_csv(d / "grid.csv", index=False)
+        self.confirmation.to_csv(d / "confirmation.csv", index=False)
+        waits: dict[str, Any] = {str(i): r.waits for i, r in enumerate(self.replications)}
+        np.savez_compressed(d / "waits.npz", allow_pickle=False, **waits)
+        return d
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str]) -> CapacityPlan:
+        """The plan ``save`` wrote to ``folder``.
+
+        Raises:
+            ValueError: the folder holds no plan in this format (named in the message).
+        """
+        d = Path(folder)
+        try:
+            meta = json.loads((d / "plan.json").read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{d}: no saved capacity plan ({e.__class__.__name__})") from None
+        if not isinstance(meta, dict) or meta.get("format") != PLAN_FORMAT:
+            raise ValueError(f"{d}: not a capacity plan of format {PLAN_FORMAT}")
+
+        def frame(name: str) -> pd.DataFrame:
+            path = d / name
+            if path.stat().st_size <= 1:  # an empty frame is written as a bare newline
+                return pd.DataFrame()
+            return pd.read_csv(path)
+
+        with np.load(d / "waits.npz") as waits:
+            reps = [
+                Replication(**r, waits=waits[str(i)]) for i, r in enumerate(meta["replications"])
+            ]
+        return cls(
+            target={k: float(v) for k, v in meta["target"].items()},
+            sizes=[int(s) for s in meta["sizes"]],
+            engine=str(meta["engine"]),
+            grid=frame("grid.csv"),
+            recommended=meta["recommended"],
+            confirmation=frame("confirmation.csv"),
+            replications=reps,
+            scenario_name=str(meta["scenario_name"]),
+            confirmation_note=str(meta["confirmation_note"]),
+        )
+
 
 # ---------------------------------------------------------------------------------------------
 # Statistics of one (engine, size) cell
 # ---------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """JSON for the numpy scalars a replication's figures may be (``CapacityPlan.save``)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _nan_interval(estimate: float) -> Interval:

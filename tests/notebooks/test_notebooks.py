@@ -29,10 +29,11 @@ TESTED = {
 }
 
 
-def execute(name: str, cluster: Any) -> dict[str, Any]:
+def execute(name: str, cluster: Any, **parameters: Any) -> dict[str, Any]:
     """Run a notebook at CI scale on the session's server; no cell may write to stderr (a
     warning, a progress bar) or fail."""
-    nb, numbers = notebooks.run(BOOKS / f"{name}.ipynb", "ci", database_url=cluster.url("postgres"))
+    url = cluster.url("postgres")
+    nb, numbers = notebooks.run(BOOKS / f"{name}.ipynb", "ci", database_url=url, **parameters)
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             assert output.get("name") != "stderr", f"{name}: {output.get('text')}"
@@ -153,6 +154,31 @@ def test_capacity_planning_nasa(cluster: Any) -> None:
     assert n["growth_recommended"][1] > n["recommended"]
 
 
+def test_capacity_planning_nasa_shows_the_plan_a_report_saved(cluster: Any, tmp_path) -> None:
+    """docs/notebooks.md: rendered by the report, the capacity notebook shows the report's own
+    plan (``capacity_dir``) instead of planning the same workload again. Here the saved plan
+    confirms 200 jobs where the notebook would confirm 300, and the growth table holds figures
+    no plan computed: the notebook states exactly those, and its FIFO check, made on its own
+    copy of the trace, still agrees with the saved waits."""
+    import pandas as pd
+
+    import sim
+    from sim.inputs import scenarios as S
+
+    saved = sim.plan(S.trace(runs=3000), {"quantile": 0.95, "wait_s": 600.0}, range(3, 11),
+                     replications=1, confirm_runs=200, database_url=cluster.url("postgres"),
+                     progress=False)  # fmt: skip
+    saved.save(tmp_path / "plan")
+    pd.DataFrame({"growth": [1.0, 1.5], "offered": [1.5, 2.25], "nodes": [5, None],
+                  "p95_s": [1.0, float("nan")], "utilization": [0.3, float("nan")]}).to_csv(
+        tmp_path / "growth.csv", index=False)  # fmt: skip
+    n = execute("04-capacity-planning-nasa", cluster, capacity_dir=str(tmp_path))
+    assert n["recommended"] == saved.recommended
+    assert n["confirm_runs"] == 200
+    assert n["confirm_max_abs_diff_s"] == 0.0 and n["fifo_max_abs_diff_s"] == 0.0
+    assert n["growth"] == [1.0, 1.5] and n["growth_recommended"] == [5, None]
+
+
 def small_book(path: Path) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {
@@ -192,6 +218,22 @@ def test_render_overrides_the_parameters_and_writes_html(tmp_path: Path) -> None
     assert "This ran at the <strong>ci</strong> scale with seed 0." in text
     assert notebooks.NUMBERS_MIME not in text
     assert book.read_text() == before
+
+
+def test_a_report_folder_is_shown_as_a_reader_of_the_report_finds_it(tmp_path: Path) -> None:
+    """The report passes its capacity folder to a notebook as an absolute path; the page shows
+    it relative to the report (``render``'s ``shown``), in the injected cell and in outputs,
+    beside the concealed database URL. ``parameter_names`` reads what a notebook may take."""
+    book = small_book(tmp_path)
+    assert notebooks.parameter_names(book) == {"scale", "seed", "database_url"}
+    folder, url = str(tmp_path / "out" / "capacity"), "postgresql://u:secret@%2Ftmp/db"
+    nb = notebooks.inject(nbformat.read(book, as_version=4), {"capacity_dir": folder, "u": url})
+    nb.cells[-1].outputs = [nbformat.v4.new_output("stream", text=f"read {folder}/plan\n")]
+    notebooks.conceal(nb, url, {folder: "capacity"})
+    text = "".join(c.source + str(c.get("outputs", "")) for c in nb.cells)
+    assert "capacity_dir = 'capacity'" in text and "read capacity/plan" in text
+    assert f"u = {notebooks.CONCEALED_URL!r}" in text
+    assert str(tmp_path) not in text and "secret" not in text
 
 
 def test_a_notebook_without_a_parameters_cell_is_refused(tmp_path: Path) -> None:

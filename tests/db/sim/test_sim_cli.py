@@ -68,10 +68,31 @@ def report_dir(cluster, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(report, "CASES", TINY_CASES)
         mp.setitem(report.CAPACITY, "ci", TINY_CAPACITY)
-        mp.setattr(report, "_render_notebooks", lambda out, scale, url=None: [])
+        mp.setattr(report, "_render_notebooks", lambda out, scale, url, saved: SAVED.append(saved))
         code = report.main_job(out, scale="ci", database_url=cluster.url("postgres"))
     assert code == 0
     return out
+
+
+SAVED: list = []  # what the report handed its notebooks: the future of its saved plan
+
+
+def test_the_report_hands_its_notebooks_its_own_plan_saved(report_dir) -> None:
+    """docs/notebooks.md: the capacity notebook shows the report's plan rather than planning the
+    same workload again. The folder the notebooks get (once the confirmation is done) holds
+    that plan — loaded back, it is the table on the capacity page — and its growth table."""
+    import pandas as pd
+
+    import sim
+
+    assert len(SAVED) == 1 and SAVED[0].result(timeout=0) == report_dir / "capacity"
+    plan = sim.CapacityPlan.load(report_dir / "capacity" / "plan")
+    pd.testing.assert_frame_equal(
+        plan.to_frame(), pd.read_csv(report_dir / "capacity" / "plan.csv")
+    )
+    assert plan.confirmation_check() is not None and plan.confirmation_check().jobs == 1000
+    growth = pd.read_csv(report_dir / "capacity" / "growth.csv")
+    assert list(growth["growth"]) == [1.0, 1.5]
 
 
 class Page(HTMLParser):

@@ -9,6 +9,7 @@ import pytest
 
 import sim
 from sim.inputs import scenarios as S
+from tests.plan_checks import assert_same_plan
 
 pytestmark = [
     pytest.mark.db,
@@ -19,10 +20,13 @@ SAME = ["size", "replications", "runs", "wait_mean_s", "wait_p50_s", "wait_p95_s
         "wait_p95_low", "wait_p95_high", "utilization", "p_wait", "meets_target"]  # fmt: skip
 
 
-def test_the_recommendation_and_its_neighbours_are_confirmed_on_the_mediator(cluster) -> None:
+def test_the_recommendation_and_its_neighbours_are_confirmed_on_the_mediator(
+    cluster, tmp_path
+) -> None:
     """The grid on the model; sizes 3, 4, 5 around the recommendation 4 again on the real
     Mediator with the grid's seeds and a capped workload, and on the model for the same runs:
-    every run waits exactly as long on both, and no invariant breaks."""
+    every run waits exactly as long on both, and no invariant breaks. Saved and loaded back
+    (what the report hands its capacity notebook), the plan is the same plan."""
     p = sim.plan(S.steady(runs=600, seed=5), {"quantile": 0.95, "wait_s": 10.0}, [2, 3, 4, 5, 6],
                  replications=3, confirm_replications=2, confirm_runs=200,
                  database_url=cluster.url("postgres"))  # fmt: skip
@@ -44,6 +48,7 @@ def test_the_recommendation_and_its_neighbours_are_confirmed_on_the_mediator(clu
     frame = p.to_frame()
     assert len(frame) == 5 + 6
     assert p.row(4, "mediator", "confirm")["max_abs_diff_s"] == 0
+    assert_same_plan(sim.CapacityPlan.load(p.save(tmp_path / "plan")), p)
 
 
 def test_a_grid_on_the_mediator_equals_the_grid_on_the_model(cluster) -> None:

@@ -19,6 +19,7 @@ import sim
 from sim.analysis import mmc_wait_quantile, mmc_wq, replication_seeds
 from sim.inputs import scenarios as S
 from sim.studies.plan import Replication, sized
+from tests.plan_checks import assert_same_plan
 
 # scripts/test --fast leaves it out: every plan runs many simulations
 pytestmark = pytest.mark.slow
@@ -95,14 +96,16 @@ def test_the_table_beside_erlang_c(threads) -> None:
     assert p.confirmation.empty
 
 
-def test_an_unstable_size_is_infinite_in_theory(threads) -> None:
-    """λ/μ = 2 Erlangs on two nodes: the queue never settles — Erlang C says inf, P(wait) 1."""
+def test_an_unstable_size_is_infinite_in_theory(threads, tmp_path) -> None:
+    """λ/μ = 2 Erlangs on two nodes: the queue never settles — Erlang C says inf, P(wait) 1.
+    Saved and loaded back, the infinities and the grid are the same."""
     p = sim.plan(S.steady(runs=300, seed=1), TARGET, [2, 3], replications=2,
                  executor=threads, confirm_replications=0)  # fmt: skip
     row = p.row(2)
     assert math.isinf(row["erlang_wait_mean_s"]) and math.isinf(row["erlang_p95_s"])
     assert row["erlang_p_wait"] == 1.0
     assert not row["meets_target"]
+    assert_same_plan(sim.CapacityPlan.load(p.save(tmp_path / "plan")), p)
 
 
 def test_a_trace_has_one_distinct_replication_and_intervals_from_batches(threads) -> None:
@@ -128,12 +131,26 @@ def test_a_trace_has_one_distinct_replication_and_intervals_from_batches(threads
     assert one.grid.loc[0, "interval_method"] == "batches of one run, 10"
 
 
-def test_no_size_meets_the_target(threads) -> None:
+def test_no_size_meets_the_target(threads, tmp_path) -> None:
     p = sim.plan(S.steady(runs=300, seed=1), {"quantile": 0.99, "wait_s": 0.0}, [3, 4],
                  replications=2, executor=threads)  # fmt: skip
     assert p.recommended is None
     assert p.confirmation.empty  # nothing to confirm: no embedded cluster was needed
     assert p.headline().startswith("No fleet size in 3–4 keeps the p99 wait within 0 s")
+    assert_same_plan(sim.CapacityPlan.load(p.save(tmp_path / "plan")), p)
+
+
+def test_a_folder_without_a_saved_plan_is_refused_by_name(tmp_path) -> None:
+    """``CapacityPlan.load`` reads only what ``save`` wrote, in its format: an empty folder, a
+    stray file and a plan of another format are refused with the folder named."""
+    with pytest.raises(ValueError, match=f"{tmp_path}: no saved capacity plan"):
+        sim.CapacityPlan.load(tmp_path)
+    (tmp_path / "plan.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a capacity plan of format 1"):
+        sim.CapacityPlan.load(tmp_path)
+    (tmp_path / "plan.json").write_text('{"format": 2}')
+    with pytest.raises(ValueError, match="not a capacity plan of format 1"):
+        sim.CapacityPlan.load(tmp_path)
 
 
 def test_a_target_quantile_of_its_own_gets_columns(threads) -> None:
