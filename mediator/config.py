@@ -44,6 +44,9 @@ RANGES: Final[dict[str, tuple[float, float]]] = {
     # fair under floods (docs/security.md): one principal's QUEUED runs and their needs classes
     "max_queued_runs_per_principal": (1, 100_000),
     "max_queued_classes_per_principal": (1, 100_000),
+    # connections (docs/security.md "Connections"): from a connection's opening or last answer
+    # to the end of the next request's head; below 0.1 s no real client could send one
+    "request_head_timeout_seconds": (0.1, 3_600),
 }
 _WHOLE: Final = frozenset(
     {
@@ -95,6 +98,8 @@ class Config:
     # fair under floods (docs/security.md): a submit that would queue past either cap is 429
     max_queued_runs_per_principal: int = 1_000
     max_queued_classes_per_principal: int = 64
+    # connections (docs/security.md "Connections"): a request head must arrive within this
+    request_head_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         self.validate()

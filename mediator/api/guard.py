@@ -309,10 +309,14 @@ def accept_backlog(cap: int) -> int:
     return max(8, min(128, cap // 8))
 
 
-def bounded_h11(max_connections: int | None = None) -> type[BoundedH11]:
-    """The protocol class to give uvicorn (``Config(http=...)``) with this process's cap."""
+def bounded_h11(
+    max_connections: int | None = None, header_timeout_s: float = HEADER_TIMEOUT_S
+) -> type[BoundedH11]:
+    """The protocol class to give uvicorn (``Config(http=...)``) with this process's cap and
+    request-head deadline (the setting ``request_head_timeout_seconds``)."""
     cap = connection_cap() if max_connections is None else max_connections
-    return type("BoundedH11", (BoundedH11,), {"max_connections": cap})
+    attrs = {"max_connections": cap, "header_timeout_s": header_timeout_s}
+    return type("BoundedH11", (BoundedH11,), attrs)
 
 
 def quiet_loop_errors(loop: asyncio.AbstractEventLoop, every_s: float = LOOP_ERROR_EVERY_S) -> None:

@@ -274,7 +274,7 @@ def _server(
             access_log=False,
             # a cap on connections and a deadline on request heads (docs/security.md
             # "Connections", issue 25 §4)
-            http=bounded_h11(cap),
+            http=bounded_h11(cap, serving.config.request_head_timeout_seconds),
             backlog=accept_backlog(cap),
             timeout_keep_alive=5,
         )
