@@ -43,6 +43,14 @@ settings.register_profile("ci", settings.get_profile("default"))
 settings.register_profile("dev", max_examples=20)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# ---- servers the tests start -----------------------------------------------------------------
+# ``mediator serve`` defaults to a worker process per CPU, each a Python process of its own with
+# its imports (and, under coverage, its own tracer). A test that is not about the workers needs
+# one: the servers the tests start get one worker unless a test says otherwise (``--workers N``
+# on the command line wins over this variable; tests/e2e/test_serve_workers.py and the stall
+# tests with two workers say so). 16 % less CPU for the e2e and adversarial tiers.
+os.environ.setdefault("MEDIATOR_WORKERS", "1")
+
 
 def examples(n: int) -> int:
     """A test's example count ``n`` scaled to the loaded profile: ``n`` under ``ci`` (whose

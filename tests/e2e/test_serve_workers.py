@@ -85,6 +85,32 @@ def test_two_workers_answer_on_one_port_and_sigterm_stops_them_all(dsn, tmp_path
         server.process.stop()
 
 
+def test_workers_whose_parent_is_killed_outright_stop_rather_than_serve_alone(dsn, tmp_path):
+    """A worker checks every second that the parent that started it is still there
+    (``orphaned`` in mediator/cli/main.py): killed with SIGKILL, the parent cannot stop its
+    workers, so each stops itself — no process serves on without the supervisor and its
+    reaper. Polled with a deadline, not slept."""
+    server = start_server(dsn, tmp_path, "--workers", "2")
+    workers: set[int] = set()
+    try:
+        parent = server.process.proc.pid
+        workers = _children(parent)
+        assert len(workers) >= 2, workers
+        assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+        server.process.proc.send_signal(signal.SIGKILL)
+        server.process.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while [p for p in workers if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling a condition with a deadline
+        assert [p for p in workers if _alive(p)] == []
+        with pytest.raises(httpx.TransportError):  # nothing answers on the port any more
+            httpx.get(server.url + "/healthz", timeout=2)
+    finally:
+        for pid in [p for p in workers if _alive(p)]:  # a failed check leaves none behind
+            os.kill(pid, signal.SIGKILL)
+        server.process.stop()
+
+
 def _contract() -> dict[str, object]:
     return {
         "run_id": "w1",
