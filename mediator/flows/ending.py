@@ -65,6 +65,11 @@ def reap(ctx: Context) -> ReapReport:
     """One reaper pass: expired leases released, their RUNNING runs FAILED/lost, unsealed
     terminal runs sealed. Wakes only if it released something (R14, wake 3)."""
     report = ReapReport()
+    if ctx.store.reconnecting():
+        # The database is back from an outage, or about to be, and the outage is not given
+        # back to adverts and leases yet (docs/design.md §13, wake 5): every lease it expired
+        # would be reaped for it. The next pass, after the give-back, reaps what is really gone.
+        return report
     if ctx.timekeeper is not None:
         # Time you can trust (docs/design.md §13): a stall that just ended, or a jump of the
         # database's clock since the last pass, is given back before anything is reaped for it.

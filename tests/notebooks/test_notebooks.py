@@ -9,15 +9,27 @@ numbers the notebook wrote in its prose — read back from the machine-readable 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 
+from tests.untraced import untraced_children
+
 from sim.outputs import notebooks
 
 pytestmark = [pytest.mark.notebooks, pytest.mark.db]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _children_untraced() -> Iterator[None]:
+    """The processes this module starts (kernels, simulation pools) run untraced
+    (tests/untraced.py)."""
+    with untraced_children():
+        yield
 
 BOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 TESTED = {

@@ -205,6 +205,27 @@ def test_plot_and_html(threads, tmp_path, monkeypatch, capsys) -> None:
     assert p.headline() in p._repr_html_()
 
 
+def test_in_a_notebook_kernel_the_chart_is_shown_not_written(threads, tmp_path, monkeypatch):
+    """issue 29's counterpart: inside a running kernel (an IPython shell with a kernel) the
+    inline backend shows every figure, so ``plot()`` writes no file even where matplotlib's own
+    backend is a non-interactive one; imported IPython without a kernel changes nothing."""
+    import types
+
+    import IPython
+    import matplotlib.pyplot as plt
+
+    p = steady_plan(threads)
+    monkeypatch.chdir(tmp_path)
+    shell = types.SimpleNamespace(kernel=None)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    plt.close(p.plot())  # a shell, no kernel: a script that imported IPython
+    assert (tmp_path / "capacity-plan.png").is_file()
+    (tmp_path / "capacity-plan.png").unlink()
+    shell.kernel = object()
+    plt.close(p.plot())
+    assert not (tmp_path / "capacity-plan.png").exists()
+
+
 @pytest.mark.parametrize(
     ("target", "sizes", "reps", "engine"),
     [
