@@ -9,6 +9,9 @@ numbers the notebook wrote in its prose — read back from the machine-readable 
 
 from __future__ import annotations
 
+import html as html_module
+import re
+
 from collections.abc import Iterator
 
 from pathlib import Path
@@ -224,10 +227,15 @@ def test_render_overrides_the_parameters_and_writes_html(tmp_path: Path) -> None
     assert numbers == {"scale": "ci", "seed": 7, "ratio": 0.25, "none": None}
     assert nb.cells[2].metadata["tags"] == [notebooks.INJECTED_TAG]
     assert nb.cells[2].source.splitlines()[1:] == ["scale = 'ci'", "seed = 7"]
-    html = notebooks.render(book, tmp_path / "out", scale="ci", progress=False)
+    folder = str(tmp_path / "out" / "capacity")  # a folder of the report: shown relative to it
+    html = notebooks.render(
+        book, tmp_path / "out", scale="ci", progress=False, parameters={"folder": folder}
+    )
     assert html == tmp_path / "out" / "small.html"
     text = html.read_text()
     assert "This ran at the <strong>ci</strong> scale with seed 0." in text
+    shown = html_module.unescape(re.sub(r"<[^>]+>", "", text))  # the page as a reader reads it
+    assert "folder = 'capacity'" in shown and str(tmp_path) not in text
     assert notebooks.NUMBERS_MIME not in text
     assert book.read_text() == before
 
