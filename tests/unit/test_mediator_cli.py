@@ -170,3 +170,27 @@ def test_a_command_nothing_like_any_gets_no_guess(capsys):
     with pytest.raises(SystemExit):
         parse("xyzzy")
     assert "did you mean" not in capsys.readouterr().err
+
+
+def test_a_failed_reaper_pass_is_logged_and_the_next_pass_still_runs(caplog) -> None:
+    """The reaper timer outlives a failing pass (the database away, say): each failure is one
+    log line, and the passes go on at their period until the server stops the timer."""
+    import threading
+
+    from mediator.cli.main import Reaper
+
+    passes = threading.Semaphore(0)
+
+    class Failing:
+        def reap(self) -> None:
+            passes.release()
+            raise RuntimeError("the database is unavailable")
+
+    reaper = Reaper(Failing(), every_s=0.01)
+    with caplog.at_level("ERROR", logger="mediator"):
+        reaper.start()
+        for _ in range(3):  # three passes, each after a failed one
+            assert passes.acquire(timeout=10)
+        reaper.stop()
+    failures = [r for r in caplog.records if "reaper pass failed" in r.getMessage()]
+    assert len(failures) >= 2 and failures[0].exc_info is not None
