@@ -649,21 +649,25 @@ class CapacityPlan:
                 return pd.DataFrame()
             return pd.read_csv(path)
 
-        with np.load(d / "waits.npz") as waits:
-            reps = [
-                Replication(**r, waits=waits[str(i)]) for i, r in enumerate(meta["replications"])
-            ]
-        return cls(
-            target={k: float(v) for k, v in meta["target"].items()},
-            sizes=[int(s) for s in meta["sizes"]],
-            engine=str(meta["engine"]),
-            grid=frame("grid.csv"),
-            recommended=meta["recommended"],
-            confirmation=frame("confirmation.csv"),
-            replications=reps,
-            scenario_name=str(meta["scenario_name"]),
-            confirmation_note=str(meta["confirmation_note"]),
-        )
+        try:
+            with np.load(d / "waits.npz") as waits:
+                reps = [
+                    Replication(**r, waits=waits[str(i)])
+                    for i, r in enumerate(meta["replications"])
+                ]
+            return cls(
+                target={k: float(v) for k, v in meta["target"].items()},
+                sizes=[int(s) for s in meta["sizes"]],
+                engine=str(meta["engine"]),
+                grid=frame("grid.csv"),
+                recommended=meta["recommended"],
+                confirmation=frame("confirmation.csv"),
+                replications=reps,
+                scenario_name=str(meta["scenario_name"]),
+                confirmation_note=str(meta["confirmation_note"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{d}: an incomplete capacity plan ({e.__class__.__name__})") from None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,6 +165,9 @@ def test_a_folder_without_a_saved_plan_is_refused_by_name(tmp_path) -> None:
     (tmp_path / "plan.json").write_text('{"format": 2}')
     with pytest.raises(ValueError, match="not a capacity plan of format 1"):
         sim.CapacityPlan.load(tmp_path)
+    (tmp_path / "plan.json").write_text('{"format": 1, "replications": [{"size": 3}]}')
+    with pytest.raises(ValueError, match=f"{tmp_path}: an incomplete capacity plan"):
+        sim.CapacityPlan.load(tmp_path)  # no waits.npz, no tables, no target: named, not a trace
 
 
 def test_a_target_quantile_of_its_own_gets_columns(threads) -> None:
