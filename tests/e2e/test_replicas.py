@@ -102,7 +102,14 @@ def submit_loop(fleet: Fleet, k: int, stop: threading.Event, accepted: dict[str,
 
 def test_three_replicas_one_killed_midway(dsn, tmp_path):
     shared = tmp_path / "records"  # one records root for every Mediator process (§7.7)
-    servers = [start_server(dsn, tmp_path / f"m{i}", env=FAST, records=shared) for i in range(3)]
+    # Two workers each, as before the test session's one-worker default: SIGKILL of the
+    # supervisor leaves its workers to finish the requests in flight for up to a second. With
+    # one worker the kill lands mid-request, and this test's nodes drop a claim or result whose
+    # answer is lost, so a run can stay RUNNING (seen once under the whole suite's load).
+    servers = [
+        start_server(dsn, tmp_path / f"m{i}", "--workers", "2", env=FAST, records=shared)
+        for i in range(3)
+    ]
     fleet = Fleet(servers)
     stop_nodes, stop_load = threading.Event(), threading.Event()
     accepted: dict[str, int] = {}
