@@ -526,7 +526,7 @@ def _render_notebooks(
     later = [b for b in books if saved is not None and "capacity_dir" in parameter_names(b)]
     rendered = []
     for book in [b for b in books if b not in later] + later:
-        extra = {"capacity_dir": str(saved.result().resolve())} if book in later and saved else {}
+        extra = {"capacity_dir": str(saved.result().resolve())} if saved and book in later else {}
         # No bar: the notebooks run beside the scenarios and the confirmation (main_job).
         page = render(book, out, scale, database_url, progress=False, parameters=extra)
         rendered.append(page.name)

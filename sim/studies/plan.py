@@ -64,6 +64,7 @@ from sim.inputs.scenarios import Constant, Recorded, Scenario, Scripted, Trace
 from sim.inputs.theory import mmc_params
 from sim.inputs.workload import materialize
 from sim.parallel import local_pool
+from sim.platform.measure import plain
 from sim.studies.classplan import plan_classes
 
 ENGINES = BROKERS  # the old name, kept for one release
@@ -607,8 +608,9 @@ class CapacityPlan:
         """
         d = Path(folder)
         d.mkdir(parents=True, exist_ok=True)
+        # every figure but the waits (waits.npz), numpy scalars as plain numbers
         reps = [
-            {k: v for k, v in dataclasses.asdict(r).items() if k != "waits"}
+            plain({f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "waits"})
             for r in self.replications
         ]
         meta = {
@@ -621,7 +623,7 @@ class CapacityPlan:
             "confirmation_note": self.confirmation_note,
             "replications": reps,
         }
-        (d / "plan.json").write_text(json.dumps(meta, indent=1, default=_plain) + "\n")
+        (d / "plan.json").write_text(json.dumps(plain(meta), indent=1) + "\n")
         self.grid.to_csv(d / "grid.csv", index=False)
         self.confirmation.to_csv(d / "confirmation.csv", index=False)
         waits: dict[str, Any] = {str(i): r.waits for i, r in enumerate(self.replications)}
@@ -673,13 +675,6 @@ class CapacityPlan:
 # ---------------------------------------------------------------------------------------------
 # Statistics of one (engine, size) cell
 # ---------------------------------------------------------------------------------------------
-
-
-def _plain(value: Any) -> Any:
-    """JSON for the numpy scalars a replication's figures may be (``CapacityPlan.save``)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _nan_interval(estimate: float) -> Interval:

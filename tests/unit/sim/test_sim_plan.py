@@ -143,15 +143,14 @@ def test_no_size_meets_the_target(threads, tmp_path) -> None:
 def test_a_saved_plan_writes_numpy_figures_as_plain_numbers(threads, tmp_path) -> None:
     """A replication's figures may be numpy scalars (a size from an array, say): saved, they
     are plain JSON numbers and load back equal; anything else is refused, not pickled."""
-    from sim.studies.plan import _plain
-
     p = sim.plan(S.steady(runs=300, seed=1), TARGET, [3], replications=1, executor=threads,
                  confirm_replications=0)  # fmt: skip
     p.replications[0] = dataclasses.replace(p.replications[0], size=np.int64(3))
     q = sim.CapacityPlan.load(p.save(tmp_path / "plan"))
     assert q.replications[0].size == 3 and type(q.replications[0].size) is int
+    p.replications[0] = dataclasses.replace(p.replications[0], engine=object())
     with pytest.raises(TypeError, match="object is not JSON"):
-        _plain(object())
+        p.save(tmp_path / "other")
 
 
 def test_a_folder_without_a_saved_plan_is_refused_by_name(tmp_path) -> None:
