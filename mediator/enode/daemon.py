@@ -171,6 +171,9 @@ class Daemon:
         self._not_before = -float("inf")  # no advert before this (after one went unanswered)
         self._ended: set[str] = set()
         self._unreported: _Report | None = None
+        # A claim sent whose answer never came (docs/design.md §9 "A lost answer"): it may have
+        # committed, and then no poll offers the step again. (run_id, seq) until settled.
+        self._unsure_claim: tuple[str, int] | None = None
         self._stopping = False
         self._stop_now = False
         self._fatal: DaemonError | None = None
@@ -264,6 +267,11 @@ class Daemon:
         if self._unreported is not None and not self._flush():
             return False  # a result the server has not taken comes before any new claim
         try:
+            if self._unsure_claim is not None:
+                mine = self._settle_claim(*self._unsure_claim)
+                if mine is not None:
+                    self._execute(mine)
+                    return True
             return self._poll_and_work()
         except _NotNow:
             return False
@@ -441,6 +449,7 @@ class Daemon:
         except ApiError as exc:
             if isinstance(exc, Unreachable) or exc.status >= 500:
                 self._note_failure("claim", exc)
+                self._unsure_claim = (run_id, int(seq))  # it may have committed all the same
                 raise _NotNow from None
             log.info("claim %s/%s refused: %s", run_id, seq, exc)
             if exc.code == "run_ended":
@@ -452,6 +461,43 @@ class Daemon:
             if exc.code in _STOP_POLL_CODES:
                 raise _NotNow from None
             return None
+
+    def _settle_claim(self, run_id: str, seq: int) -> dict[str, Any] | None:
+        """Learn whether a claim whose answer was lost committed, by reading its run
+        (docs/design.md §9 "A lost answer"). The step, when this instance holds it CLAIMED in
+        a RUNNING run: it is this node's to run, and no poll will offer it again. ``None`` when
+        it is not (a claim that never arrived is offered again by the next poll); a claim that
+        committed in a run that has ended since is reported at once, unrun, so that the lease
+        the run's end left to it (I2's exception) is freed.
+
+        Raises:
+            _NotNow: No answer again; the next tick asks again.
+        """
+        try:
+            run = self.client.get_run(run_id)
+        except ApiError as exc:
+            if isinstance(exc, Unreachable) or exc.status >= 500 or exc.status == 429:
+                self._note_failure("claim check", exc)
+                raise _NotNow from None
+            log.warning("claim check of %s/%s refused: %s", run_id, seq, exc)
+            self._unsure_claim = None
+            return None
+        self._note_recovery()
+        self._unsure_claim = None
+        step = next((s for s in run.get("steps", ()) if s.get("seq") == seq), None)
+        if step is None or (step.get("state"), step.get("node_id"), step.get("instance")) != (
+            "CLAIMED",
+            self.node_id,
+            self.instance,
+        ):
+            return None  # not taken (or not by this instance): the next poll says what is left
+        log.info("run %s step %s: the claim whose answer was lost was taken", run_id, seq)
+        if run.get("state") != "RUNNING":
+            note = f"enode: not run; run {run_id} ended while this claim's answer was lost.\n"
+            self._unreported = _Report(run_id, seq, int(step["attempt"]), "fail", note)
+            self._flush()
+            return None
+        return {**step, "run_id": run_id}
 
     def _execute(self, step: Mapping[str, Any]) -> None:
         run_id, seq, attempt = step["run_id"], int(step["seq"]), int(step["attempt"])

@@ -63,11 +63,17 @@ class Wire(httpx.BaseTransport):
         self.sent: list[str] = []
         self.at: list[tuple[float, str]] = []
         self._faults: list[str] = []
+        self._lost: list[str] = []
         self.meanwhile: Callable[[str], None] = lambda what: None
 
     def drop_next(self, pattern: str) -> None:
         """The next request whose ``METHOD /path`` matches ``pattern`` gets no answer."""
         self._faults.append(pattern)
+
+    def lose_answer_next(self, pattern: str) -> None:
+        """The next request whose ``METHOD /path`` matches ``pattern`` reaches the server and is
+        served, and its answer is lost on the way back."""
+        self._lost.append(pattern)
 
     def take(self) -> list[str]:
         sent, self.sent = self.sent, []
@@ -82,6 +88,13 @@ class Wire(httpx.BaseTransport):
             if re.fullmatch(pattern, what):
                 self._faults.remove(pattern)
                 raise httpx.ConnectError("injected: no answer", request=request)
+        for pattern in self._lost:
+            if re.fullmatch(pattern, what):
+                self._lost.remove(pattern)
+                answer = self.inner.handle_request(request)
+                answer.read()  # served whole: whatever it committed, it committed
+                answer.close()
+                raise httpx.ReadError("injected: the answer was lost", request=request)
         return self.inner.handle_request(request)
 
     def close(self) -> None:
@@ -261,6 +274,100 @@ def test_an_unanswered_result_is_sent_again_before_any_new_claim(node, med, wire
         f"POST /v1/runs/{run_id}/steps/0/result",  # no answer
         f"POST /v1/runs/{run_id}/steps/0/result",  # sent again, first thing in the next tick
         "GET /v1/nodes/n1/work",
+    ]
+    assert med.get_run(run_id).state == "PASSED"
+
+
+def test_a_claim_whose_answer_was_lost_is_found_taken_and_run(node, med, wire):
+    """design.md §9 "A lost answer": the claim committed, its answer never came. No poll offers
+    the step again (it is not PENDING); the node reads the run, finds the step CLAIMED under its
+    own instance, and runs it — else the run would stay RUNNING while the node advertises."""
+    node.tick()
+    run_id = med.submit(contract({"name": "s", "with": {"cmd": "echo ran"}})).run.run_id
+    wire.take()
+    wire.lose_answer_next(r"POST /v1/runs/.*/claim")
+    assert node.tick() is False
+    step = med.get_run(run_id).steps[0]
+    assert (step.state, step.instance, step.attempt) == ("CLAIMED", node.instance, 1)
+    assert med.work("n1") == []  # the gap: nothing offers it again
+    assert node.tick() is True
+    assert wire.take() == [
+        "GET /v1/nodes/n1/work",
+        f"POST /v1/runs/{run_id}/steps/0/claim",  # committed, answer lost
+        f"GET /v1/runs/{run_id}",  # first thing in the next tick: was it taken?
+        f"POST /v1/runs/{run_id}/steps/0/result",  # attempt 1, the claim's own
+    ]
+    run = med.get_run(run_id)
+    assert (run.state, run.steps[0].attempt) == ("PASSED", 1)
+    assert med.list_nodes().nodes[0].lease is None
+    assert node.tick() is False
+    assert wire.take() == ["GET /v1/nodes/n1/work"]  # settled: no second look
+
+
+def test_a_claim_that_never_arrived_is_claimed_again_from_the_next_poll(node, med, wire):
+    node.tick()
+    run_id = med.submit(contract({"name": "s"})).run.run_id
+    wire.take()
+    wire.drop_next(r"POST /v1/runs/.*/claim")
+    assert node.tick() is False
+    assert med.get_run(run_id).steps[0].state == "PENDING"
+    assert node.tick() is True
+    assert wire.take() == [
+        "GET /v1/nodes/n1/work",
+        f"POST /v1/runs/{run_id}/steps/0/claim",  # never arrived
+        f"GET /v1/runs/{run_id}",  # PENDING: not taken
+        "GET /v1/nodes/n1/work",
+        f"POST /v1/runs/{run_id}/steps/0/claim",
+        f"POST /v1/runs/{run_id}/steps/0/result",
+    ]
+    assert med.get_run(run_id).state == "PASSED"
+
+
+def test_a_lost_claim_of_a_run_cancelled_meanwhile_is_reported_unrun_and_frees_the_node(
+    url, med, wire, clock
+):
+    """The run ended while the claim's answer was lost: the node keeps its lease (I2's
+    exception) until the step's result, so the step is reported at once, without running."""
+    ran: list[str] = []
+
+    def work(with_: Any, ctx: Any) -> Outcome:
+        ran.append(ctx.run_id)
+        return Outcome("pass", "")
+
+    with Client(url, transport=wire) as client:
+        node = Daemon(client, "n1", BOARD, actions={"work": work}, clock=clock, sleep=clock.sleep)
+        node.tick()
+        run_id = med.submit(contract({"name": "w", "uses": "work"})).run.run_id
+        wire.lose_answer_next(r"POST /v1/runs/.*/claim")
+        assert node.tick() is False
+        med.cancel(run_id)
+        assert med.list_nodes().nodes[0].lease is not None  # kept for the CLAIMED step
+        wire.take()
+        assert node.tick() is False
+        assert wire.take() == [
+            f"GET /v1/runs/{run_id}",
+            f"POST /v1/runs/{run_id}/steps/0/result",  # answered 409 run_ended
+            "GET /v1/nodes/n1/work",
+        ]
+    assert ran == []
+    assert med.list_nodes().nodes[0].lease is None
+    run = med.get_run(run_id)
+    assert (run.state, run.verdict, run.steps[0].state) == ("FAILED", "cancelled", "FAILED")
+
+
+def test_a_claim_check_without_an_answer_is_asked_again(node, med, wire):
+    node.tick()
+    run_id = med.submit(contract({"name": "s"})).run.run_id
+    wire.lose_answer_next(r"POST /v1/runs/.*/claim")
+    node.tick()
+    wire.take()
+    wire.drop_next(r"GET /v1/runs/.*")
+    assert node.tick() is False
+    assert node.tick() is True
+    assert wire.take() == [
+        f"GET /v1/runs/{run_id}",  # no answer
+        f"GET /v1/runs/{run_id}",
+        f"POST /v1/runs/{run_id}/steps/0/result",
     ]
     assert med.get_run(run_id).state == "PASSED"
 
