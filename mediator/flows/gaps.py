@@ -239,8 +239,9 @@ def may_return(ctx: Context, needs: dict[str, dict[str, Any]]) -> dict[str, Any]
     if tk is not None:
         tk.settle()
         tk.read_clock()
+    open_s = ctx.store.open_outage_s()  # an outage not given back yet is a gap too
     with ctx.store.autocommit() as tx:
-        nodes = tx.gap_fleet(ctx.config.advert_ttl_seconds)
+        nodes = tx.gap_fleet(ctx.config.advert_ttl_seconds, open_s)
     if not nodes:
         return None
     adverts = [Advert(node_id, caps) for node_id, caps, _ in nodes]

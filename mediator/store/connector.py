@@ -252,6 +252,9 @@ class Connector(Generic[S]):
         # call once it answers again — with the outage's length in seconds.
         self._last_ok = time.monotonic()
         self._down_since: float | None = None
+        # When the outage whose give-back the reconnect callbacks are running now began
+        # (monotonic); None outside that moment (open_outage_s).
+        self._giving_back: float | None = None
         self._state = threading.Lock()
         self._watcher: threading.Thread | None = None
         self._probing = False
@@ -344,6 +347,7 @@ class Connector(Generic[S]):
             threading.Thread(target=old.close, kwargs={"timeout": 5}, daemon=True).start()
             with self._state:
                 since, self._down_since = self._down_since, None
+                self._giving_back = since
             self._ok()
             outage = max(0.0, time.monotonic() - since) if since is not None else 0.0
             log.warning("the database answers again (outage of %.1f s)", outage)
@@ -353,6 +357,7 @@ class Connector(Generic[S]):
                 except Exception:
                     log.exception("reconnect callback failed")
             with self._state:
+                self._giving_back = None
                 if self._down_since is None:
                     self._watcher = None
                     return
@@ -360,6 +365,14 @@ class Connector(Generic[S]):
     def reconnecting(self) -> bool:
         """True while the watcher is at work (polling, or running the reconnect callbacks)."""
         return self._watcher is not None
+
+    def open_outage_s(self) -> float | None:
+        """How long ago the outage began whose give-back is under way now — the database
+        answers again and statements run, but adverts and leases do not have the time back yet
+        (docs/design.md §13): a submit then must not refuse a run for nodes the outage alone
+        expired. None at any other moment."""
+        began = self._giving_back
+        return None if began is None else max(0.0, time.monotonic() - began)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         set_json_loads(json_loads, conn)

@@ -1015,10 +1015,13 @@ RETURNING seconds
 -- gap_fleet --
 -- Submit's last look before refusing a run for good (docs/design.md §13): within %(grace)s
 -- seconds after a gap ended, the nodes that were live when it began — live now, or expired
--- since, perhaps only because of the gap. None when no gap ended that recently.
+-- since, perhaps only because of the gap. None when no gap ended that recently. %(open_s)s:
+-- an outage that has ended but is not given back yet began that many seconds ago (NULL: none);
+-- it counts as such a gap (LEAST ignores a NULL).
 SELECT n.node_id, n.capabilities, n.expires_at <= mediator_now(%(now)s) AS expired
 FROM nodes n
-WHERE n.expires_at >= (SELECT min(g.began_at) FROM gaps g
-                       WHERE g.ended_at > mediator_now(%(now)s)
-                                          - make_interval(secs => %(grace)s::float8))
+WHERE n.expires_at >= least(
+    (SELECT min(g.began_at) FROM gaps g
+     WHERE g.ended_at > mediator_now(%(now)s) - make_interval(secs => %(grace)s::float8)),
+    mediator_now(%(now)s) - make_interval(secs => %(open_s)s::float8))
 ORDER BY n.node_id

@@ -385,10 +385,13 @@ class Tx(Statements):
         row = self._one("give_back", params)
         return float(row["seconds"]) if row else 0.0
 
-    def gap_fleet(self, grace_s: float) -> list[tuple[str, dict[str, Any], bool]]:
+    def gap_fleet(
+        self, grace_s: float, open_s: float | None = None
+    ) -> list[tuple[str, dict[str, Any], bool]]:
         """Nodes live when a gap that ended within ``grace_s`` began: (node_id, capabilities,
-        expired now) — submit's last look before it refuses a run (docs/design.md §13)."""
-        rows = self._rows("gap_fleet", {"grace": grace_s}, row=tuple)
+        expired now) — submit's last look before it refuses a run (docs/design.md §13).
+        ``open_s``: an ended outage not given back yet began that long ago; it counts too."""
+        rows = self._rows("gap_fleet", {"grace": grace_s, "open_s": open_s}, row=tuple)
         return [(r[0], r[1], bool(r[2])) for r in rows]
 
     # ---- lifecycle writes ----------------------------------------------------------------------

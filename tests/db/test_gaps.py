@@ -245,6 +245,32 @@ def test_a_run_queues_while_an_able_node_expired_only_inside_a_recent_gap(med, c
     assert med.get_run("a").state == "RUNNING"
 
 
+def test_a_submit_while_an_outage_is_being_given_back_queues_for_a_node_it_expired(
+    med, clock, monkeypatch
+):
+    """Wake 5 with §13: the database answers again, but the reconnect watcher has not given the
+    outage back yet, so X — live when the outage began 40 s ago — looks expired. A run X could
+    serve queues (EXPIRED_IN_GAP) instead of being refused; a run no node could ever serve is
+    refused as always; and an outage that began after X was gone brings X nothing."""
+    advert(med, "X")
+    clock.advance(45)  # X's advert (30 s) ended 15 s ago, inside the outage
+    monkeypatch.setattr(med.store, "open_outage_s", lambda: 40.0)
+
+    sub = med.submit(contract("a", dut={"board": "x"}))
+    never = med.submit(contract("b", dut={"board": "z"}))
+
+    assert sub.outcome == Outcome.QUEUED, sub.body()
+    reason = sub.body()["wait_reason"]
+    assert (reason["code"], reason["candidates"]) == (EXPIRED_IN_GAP, ["X"])
+    assert (never.outcome, never.body()["reject"]["code"]) == (Outcome.REJECTED, "NO_CANDIDATE")
+    monkeypatch.setattr(med.store, "open_outage_s", lambda: 10.0)  # began after X expired
+    late = med.submit(contract("c", dut={"board": "x"}))
+    assert (late.outcome, late.body()["reject"]["code"]) == (Outcome.REJECTED, "NO_CANDIDATE")
+    monkeypatch.setattr(med.store, "open_outage_s", lambda: None)  # given back, no gap row
+    after = med.submit(contract("d", dut={"board": "x"}))
+    assert after.outcome == Outcome.REJECTED
+
+
 def test_a_plugin_only_a_node_expired_inside_a_recent_gap_offers_is_not_refused(
     med, clock, steady, tk
 ):

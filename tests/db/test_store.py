@@ -246,6 +246,40 @@ def test_a_saturated_pool_is_not_an_outage(dsn, clock):
         store.close()
 
 
+def test_an_outage_is_open_from_the_pool_swap_until_its_give_back_is_done(dsn, clock):
+    """docs/design.md §13: between the database answering again and the reconnect callbacks
+    (the give-back) finishing, statements run but expiries are not given back yet;
+    ``open_outage_s`` says since when the outage ran, then and only then."""
+    import threading
+
+    from mediator.store.db import Store
+
+    store = Store(dsn, clock)
+    seen: list[float | None] = []
+    done = threading.Event()
+
+    def give_back(outage_s: float) -> None:
+        with store.autocommit() as tx:
+            tx.ping()  # the database answers while the outage is still open
+        seen.append(store.open_outage_s())
+        seen.append(outage_s)
+        done.set()
+
+    store.on_reconnect.append(give_back)
+    try:
+        assert store.open_outage_s() is None
+        store.watch()  # a sweep's database error asks for this; the database is reachable
+        assert done.wait(30)
+        watcher = store._watcher
+        if watcher is not None:
+            watcher.join(30)
+        assert not store.reconnecting()
+        assert seen[0] is not None and seen[0] >= seen[1] >= 0
+        assert store.open_outage_s() is None
+    finally:
+        store.close()
+
+
 def test_jsonb_round_trips_exactly_through_the_fast_json_path(med):
     """Issue 13: jsonb is read and written with orjson, which rounds integers beyond 64 bits
     to floats; jsonb keeps them exact and so must the Mediator — a contract's ``with`` and a
