@@ -33,6 +33,9 @@ from tests.db.sim.test_twin_export import DAY, SINCE, UNTIL, play_the_day
 
 LAB = lab_day(hours=2.0, seed=3)
 
+# One worker: the simulated lab day (the module fixture `day`) is made once, not on each worker.
+pytestmark = pytest.mark.xdist_group("twin_day")
+
 
 @pytest.fixture(scope="module")
 def day(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
