@@ -596,6 +596,19 @@ class Client:
         """One run with its steps (route 7)."""
         return self._run(self._get(f"/v1/runs/{_segment(run_id)}"))
 
+    def run_step(self, run_id: str, seq: int) -> tuple[str, dict[str, Any] | None]:
+        """One step of a run, read with its run (route 7): the run's state, and the step as a
+        claim or a work poll gives it (``run_id`` included, ``attempt`` an integer) or ``None``
+        when the run has no such step."""
+        run = self.get_run(run_id)
+        step = next((s for s in run.get("steps") or () if s.get("seq") == seq), None)
+        if step is None:
+            return str(run.get("state")), None
+        step = self._step({**step, "run_id": run_id}, f"step {seq} of run {run_id!r}")
+        if not _is_int(step.get("attempt")):
+            raise BadAnswer(self.url, f"step {seq} of run {run_id!r} has no attempt number")
+        return str(run.get("state")), step
+
     def cancel(self, run_id: str) -> dict[str, Any]:
         """Cancel a run (route 8); cancelling a terminal run is a no-op that returns it."""
         return self._run(self._post(f"/v1/runs/{_segment(run_id)}/cancel"))

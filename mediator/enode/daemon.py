@@ -474,7 +474,7 @@ class Daemon:
             _NotNow: No answer again; the next tick asks again.
         """
         try:
-            run = self.client.get_run(run_id)
+            state, step = self.client.run_step(run_id, seq)
         except ApiError as exc:
             if isinstance(exc, Unreachable) or exc.status >= 500 or exc.status == 429:
                 self._note_failure("claim check", exc)
@@ -484,7 +484,6 @@ class Daemon:
             return None
         self._note_recovery()
         self._unsure_claim = None
-        step = next((s for s in run.get("steps", ()) if s.get("seq") == seq), None)
         if step is None or (step.get("state"), step.get("node_id"), step.get("instance")) != (
             "CLAIMED",
             self.node_id,
@@ -492,12 +491,12 @@ class Daemon:
         ):
             return None  # not taken (or not by this instance): the next poll says what is left
         log.info("run %s step %s: the claim whose answer was lost was taken", run_id, seq)
-        if run.get("state") != "RUNNING":
+        if state != "RUNNING":
             note = f"enode: not run; run {run_id} ended while this claim's answer was lost.\n"
             self._unreported = _Report(run_id, seq, int(step["attempt"]), "fail", note)
             self._flush()
             return None
-        return {**step, "run_id": run_id}
+        return step
 
     def _execute(self, step: Mapping[str, Any]) -> None:
         run_id, seq, attempt = step["run_id"], int(step["seq"]), int(step["attempt"])

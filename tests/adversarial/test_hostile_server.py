@@ -306,3 +306,33 @@ def test_enode_does_not_spin_on_a_server_that_claims_to_hold_its_poll_but_answer
         assert node.stop() == 0
     assert polls <= 5 * adverts, (adverts, polls)
     assert "Traceback" not in "".join(node.output)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"seq": 0, "state": "CLAIMED", "attempt": "1"},
+        {"seq": 0, "state": "CLAIMED", "attempt": True},
+        {"seq": 0, "state": "CLAIMED", "attempt": 1, "with": ["rm", "-rf"]},
+        {"seq": 0, "state": "CLAIMED", "attempt": 1, "uses": 7},
+    ],
+)
+def test_the_claim_check_takes_no_step_a_mediator_would_not_give(
+    hostile: Hostile, step: dict[str, Any]
+) -> None:
+    """docs/design.md §9 "A lost answer": the step enode would run after a lost claim's answer
+    comes from a read of its run; one with no attempt number or a malformed action is no
+    answer (retried later), never a step to run or a crash."""
+    run = {"run_id": "r", "state": "RUNNING", "steps": [step]}
+    hostile.routes["GET /v1/runs/r"] = json_answer(json.dumps(run))
+    with Client(hostile.url) as client, pytest.raises(BadAnswer):
+        client.run_step("r", 0)
+
+
+def test_the_claim_check_reads_the_run_state_and_its_step(hostile: Hostile) -> None:
+    step = {"seq": 1, "state": "CLAIMED", "attempt": 2, "uses": "shell", "with": {"cmd": "true"}}
+    run = {"run_id": "r", "state": "FAILED", "steps": [{"seq": 0}, step]}
+    hostile.routes["GET /v1/runs/r"] = json_answer(json.dumps(run))
+    with Client(hostile.url) as client:
+        assert client.run_step("r", 1) == ("FAILED", {**step, "run_id": "r"})
+        assert client.run_step("r", 2) == ("FAILED", None)
