@@ -304,6 +304,23 @@ def test_a_claim_whose_answer_was_lost_is_found_taken_and_run(node, med, wire):
     assert wire.take() == ["GET /v1/nodes/n1/work"]  # settled: no second look
 
 
+def test_a_step_claimed_under_another_instance_is_not_run_by_this_one(node, med, wire):
+    """Only a step CLAIMED under this daemon's own instance is its own after a lost answer: one
+    another instance of the node id holds (a second daemon started with the same id) is left
+    alone — running it would run the step twice."""
+    node.tick()
+    run_id = med.submit(contract({"name": "s"})).run.run_id
+    wire.lose_answer_next(r"POST /v1/runs/.*/claim")
+    node.tick()
+    with med.store.autocommit() as tx:  # the other daemon's claim, in place of this one's
+        tx.conn.execute("UPDATE steps SET instance = 'another' WHERE run_id = %s", (run_id,))
+    wire.take()
+    assert node.tick() is False
+    assert wire.take() == [f"GET /v1/runs/{run_id}", "GET /v1/nodes/n1/work"]
+    step = med.get_run(run_id).steps[0]
+    assert (step.state, step.instance) == ("CLAIMED", "another")
+
+
 def test_a_claim_that_never_arrived_is_claimed_again_from_the_next_poll(node, med, wire):
     node.tick()
     run_id = med.submit(contract({"name": "s"})).run.run_id

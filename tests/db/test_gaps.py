@@ -271,6 +271,26 @@ def test_a_submit_while_an_outage_is_being_given_back_queues_for_a_node_it_expir
     assert after.outcome == Outcome.REJECTED
 
 
+def test_an_outage_being_given_back_does_not_hide_an_earlier_gap(
+    med, clock, steady, tk, monkeypatch
+):
+    """Both at once: X expired inside a recent stall, and an outage that began after X was
+    already gone is being given back now. The earlier of the two beginnings counts, so the run
+    X could serve still queues rather than being refused."""
+    advert(med, "X")
+    live_for(25, clock, steady, tk)
+    steady.t += 10
+    clock.advance(10)  # a stall of 10 s: X's advert ends inside it
+    assert tk.settle() == pytest.approx(10)
+    live_for(6, clock, steady, tk)  # X's advert, given back, has ended
+    monkeypatch.setattr(med.store, "open_outage_s", lambda: 0.5)  # began after X was gone
+
+    sub = med.submit(contract("a", dut={"board": "x"}))
+
+    assert sub.outcome == Outcome.QUEUED, sub.body()
+    assert sub.body()["wait_reason"]["candidates"] == ["X"]
+
+
 def test_a_plugin_only_a_node_expired_inside_a_recent_gap_offers_is_not_refused(
     med, clock, steady, tk
 ):
