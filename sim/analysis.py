@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
-from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
 # ---------------------------------------------------------------------------------------------
 # M/M/c (Erlang C), exactly as docs/design.md §20 states it
@@ -118,6 +117,19 @@ class Interval:
 BATCHES = 5
 
 
+# scipy.stats is imported only where an order-statistic interval needs it: it takes most of a
+# second to import, and every process that imports `sim` paid it (each pool worker of a plan or a
+# report, each `python -m sim`), most of them never drawing an interval. Student's t comes from
+# scipy.special, the very function scipy.stats.t.ppf calls (tests/unit/sim/test_sim_analysis.py).
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile: ``scipy.stats.t.ppf(p, df)``, which is ``stdtrit(df, p)``."""
+    from scipy.special import stdtrit  # type: ignore[import-untyped, unused-ignore]
+
+    return float(stdtrit(df, p))
+
+
 def mean_ci(samples: npt.ArrayLike, conf: float = 0.95) -> Interval:
     """Student-t interval for the mean of independent samples (e.g. one value per replication).
 
@@ -134,7 +146,7 @@ def mean_ci(samples: npt.ArrayLike, conf: float = 0.95) -> Interval:
     if n < 2:
         raise ValueError("need at least two samples")
     m = float(x.mean())
-    half = float(stats.t.ppf(0.5 + conf / 2, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
+    half = t_quantile(0.5 + conf / 2, n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
     return Interval(m, m - half, m + half, n, conf, f"t over {n} independent values")
 
 
@@ -164,7 +176,7 @@ def sectioning(
         raise ValueError("need at least two groups")
     per = np.array([stat(a) for a in arrays], dtype=float)
     est = float(stat(np.concatenate(arrays)))
-    half = float(stats.t.ppf(0.5 + conf / 2, k - 1)) * float(per.std(ddof=1)) / math.sqrt(k)
+    half = t_quantile(0.5 + conf / 2, k - 1) * float(per.std(ddof=1)) / math.sqrt(k)
     return Interval(est, est - half, est + half, k, conf, method)
 
 
@@ -238,6 +250,8 @@ def quantile_ci(
     if n < 2:
         raise ValueError("need at least two samples")
     # Order statistics X_(j) ≤ ξ_q ≤ X_(k): the count below ξ_q is Binomial(n, q).
+    from scipy import stats  # type: ignore[import-untyped, unused-ignore]  # here only: see above
+
     lo = int(stats.binom.ppf((1 - conf) / 2, n, q))
     hi = int(stats.binom.ppf((1 + conf) / 2, n, q)) + 1
     lo, hi = max(lo, 1), min(hi, n)

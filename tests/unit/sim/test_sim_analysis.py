@@ -18,6 +18,7 @@ from sim.analysis import (
     mmc_wq,
     quantile_ci,
     replication_seeds,
+    t_quantile,
     warmup_cut,
 )
 from sim.brokers.model import replicate, run_model
@@ -43,6 +44,28 @@ def test_erlang_c_edges_and_consistency() -> None:
     assert 0 < erlang_c(500, 490.0) < 1
     with pytest.raises(ValueError, match="unstable"):
         mmc_wq(0.4, 0.1, 3)
+
+
+def test_t_quantile_is_scipy_stats_t_ppf() -> None:
+    """`t_quantile` calls scipy.special so that `import sim` needs no scipy.stats; scipy.stats is
+    the reference it must equal, bit for bit (the levels intervals use, 1 to 100,000 degrees of
+    freedom)."""
+    from scipy import stats
+
+    for p in [0.005, 0.025, 0.05, 0.1, 0.5, 0.9, 0.95, 0.975, 0.995]:
+        for df in [1, 2, 3, 4, 9, 19, 29, 99, 1_000, 100_000]:
+            assert t_quantile(p, df) == float(stats.t.ppf(p, df)), (p, df)
+
+
+def test_importing_sim_imports_no_scipy_stats() -> None:
+    """Every pool worker and every `python -m sim` imports `sim`; scipy.stats would cost each
+    most of a second (sim/analysis.py)."""
+    import subprocess
+    import sys
+
+    code = "import sys, sim, sim.analysis; print('scipy.stats' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_mean_ci_is_a_student_t_interval() -> None:
