@@ -2,6 +2,12 @@
 
 Call sites read ``QUERIES["fetch_job"]``: the SQL stays in a file a reviewer can read, lint and
 run by hand, and a misspelt name fails at import time of the caller's first use, not silently.
+
+A block headed ``-- fragment name --`` is not a query: it is SQL that several queries share (the
+capability predicate, docs/design.md §4), written once and placed where a query says
+``{{name}}``. A fragment is text, resolved here when the file is loaded: PostgreSQL plans the
+queries as if it were written out in each (a SQL function with a sub-select would not be inlined,
+and would run once per node row).
 """
 
 from __future__ import annotations
@@ -9,7 +15,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-_HEADER = re.compile(r"^-- ([a-z_][a-z0-9_]*) --$")
+_HEADER = re.compile(r"^-- (fragment )?([a-z_][a-z0-9_]*) --$")
+_USE = re.compile(r"\{\{([a-z_][a-z0-9_]*)\}\}")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -17,23 +24,45 @@ def parse(text: str) -> dict[str, str]:
 
     Comment lines inside a block are dropped (they document the block, not the server's work);
     text before the first header is the file's preamble and is ignored. A name defined twice is
-    an error, since the second would silently win.
+    an error, since the second would silently win. ``{{name}}`` in a query is replaced by the
+    fragment ``name`` (fragments do not nest); an unknown or unused fragment is an error.
     """
     blocks: dict[str, list[str]] = {}
+    fragments: dict[str, str] = {}
     current: list[str] | None = None
     for line in text.splitlines():
         m = _HEADER.match(line.strip())
         if m:
-            name = m.group(1)
-            if name in blocks:
+            name = m.group(2)
+            if name in blocks or name in fragments:
                 raise ValueError(f"query {name!r} is defined twice")
             current = blocks[name] = []
+            if m.group(1):
+                fragments[name] = ""
         elif current is not None and not line.lstrip().startswith("--"):
             current.append(line)
-    out = {name: compact(lines) for name, lines in blocks.items()}
+    for name in fragments:
+        fragments[name] = "\n".join(blocks.pop(name))
+        if not fragments[name].strip():
+            raise ValueError(f"fragment {name!r} has no SQL")
+        if _USE.search(fragments[name]):
+            raise ValueError(f"fragment {name!r} uses another fragment")
+    used: set[str] = set()
+
+    def place(m: re.Match[str]) -> str:
+        if m.group(1) not in fragments:
+            raise ValueError(f"unknown fragment {m.group(1)!r}")
+        used.add(m.group(1))
+        return fragments[m.group(1)]
+
+    out = {name: compact(_USE.sub(place, "\n".join(lines)).split("\n"))
+           for name, lines in blocks.items()}  # fmt: skip
     empty = [name for name, sql in out.items() if not sql]
     if empty:
         raise ValueError(f"query {empty[0]!r} has no SQL")
+    unused = sorted(set(fragments) - used)
+    if unused:
+        raise ValueError(f"fragment {unused[0]!r} is used by no query")
     return out
 
 

@@ -1,9 +1,23 @@
 -- Named queries, loaded once into a dict by mediator/store/queries.py (procrastinate's pattern).
--- A block starts with a line `-- name --`; the comment lines that follow say why.
+-- A block starts with a line `-- name --`; the comment lines that follow say why. A block
+-- `-- fragment name --` is SQL several queries share, placed where they say {{name}}.
 -- Every statement reads time through mediator_now(%(now)s) (docs/design.md §13): the store passes the
 -- clock's instant with every statement (NULL without a clock: the server's now()), so virtual time
 -- costs no statement of its own (issue 13). In scans over many rows it is written
 -- (SELECT mediator_now(%(now)s)) so it is evaluated once (docs/architecture.md).
+
+-- fragment capability_fits --
+-- Whether node n's capabilities satisfy one key q(k, v) of a role's need (docs/design.md §4),
+-- written once for every query that asks (fleet_for, sweep_head): a need `true` asks for the
+-- key; any other value for an equal value, or a list holding it. jsonb equality keeps booleans
+-- apart from numbers and compares numbers numerically, as the matcher does. The query names
+-- the node `n` and the need's key and value `q(k, v)`.
+coalesce(
+    CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
+         ELSE n.capabilities -> q.k = q.v
+              OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
+                  AND n.capabilities -> q.k @> jsonb_build_array(q.v))
+    END, false)
 
 -- schema_version --
 SELECT version FROM schema_version
@@ -44,12 +58,7 @@ LEFT JOIN LATERAL (
           SELECT 1 FROM jsonb_each(%(roles)s::jsonb) AS r(role, need)
           WHERE NOT EXISTS (
               SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
-              WHERE NOT coalesce(
-                  CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
-                       ELSE n.capabilities -> q.k = q.v
-                            OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
-                                AND n.capabilities -> q.k @> jsonb_build_array(q.v))
-                  END, false)))
+              WHERE NOT {{capability_fits}}))
 ) n ON true
 ORDER BY n.node_id
 
@@ -868,12 +877,7 @@ WITH RECURSIVE m AS (
                     AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.node_id = n.node_id)
                     AND NOT EXISTS (
                         SELECT 1 FROM jsonb_each(r.need) AS q(k, v)
-                        WHERE NOT coalesce(
-                            CASE WHEN q.v = 'true'::jsonb THEN n.capabilities ? q.k
-                                 ELSE n.capabilities -> q.k = q.v
-                                      OR (jsonb_typeof(n.capabilities -> q.k) = 'array'
-                                          AND n.capabilities -> q.k @> jsonb_build_array(q.v))
-                            END, false)))) AS stuck
+                        WHERE NOT {{capability_fits}}))) AS stuck
         FROM (SELECT needs_key FROM wk WHERE needs_key IS NOT NULL LIMIT 65) w
     ) w
 ), snap AS (
