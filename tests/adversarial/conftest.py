@@ -196,7 +196,12 @@ def lab(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]
     name = cluster.fresh_database()
     dsn = cluster.dsn(name)
     work = tmp_path_factory.mktemp("work")
-    server = start_server(dsn, work, tokens=str(tokens), records=home / "records")
+    # Nothing in the shared lab expires while the package runs: the attacks compare every
+    # table's rows before and after a refused request (`Lab.counts`), and a node an earlier test
+    # advertised whose advert lapsed mid-attack was reaped, freeing its leases, under a loaded
+    # machine. Expiry and reaping have their own tests (tests/db, tests/e2e).
+    hour = {"MEDIATOR_ADVERT_TTL_SECONDS": "3600", "MEDIATOR_LEASE_TTL_SECONDS": "3600"}
+    server = start_server(dsn, work, tokens=str(tokens), records=home / "records", env=hour)
     store = Store(dsn, None, max_size=2)
     before = {"canary.txt": (home / "canary.txt").read_bytes(), "tokens.toml": tokens.read_bytes()}
     try:
