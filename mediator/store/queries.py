@@ -28,24 +28,24 @@ def parse(text: str) -> dict[str, str]:
     fragment ``name`` (fragments do not nest); an unknown or unused fragment is an error.
     """
     blocks: dict[str, list[str]] = {}
-    fragments: dict[str, str] = {}
+    fragment_names: list[str] = []
     current: list[str] | None = None
     for line in text.splitlines():
         m = _HEADER.match(line.strip())
         if m:
             name = m.group(2)
-            if name in blocks or name in fragments:
+            if name in blocks:
                 raise ValueError(f"query {name!r} is defined twice")
             current = blocks[name] = []
             if m.group(1):
-                fragments[name] = ""
+                fragment_names.append(name)
         elif current is not None and not line.lstrip().startswith("--"):
             current.append(line)
-    for name in fragments:
-        fragments[name] = "\n".join(blocks.pop(name))
-        if not fragments[name].strip():
+    fragments = {name: "\n".join(blocks.pop(name)) for name in fragment_names}
+    for name, sql in fragments.items():
+        if not sql.strip():
             raise ValueError(f"fragment {name!r} has no SQL")
-        if _USE.search(fragments[name]):
+        if _USE.search(sql):
             raise ValueError(f"fragment {name!r} uses another fragment")
     used: set[str] = set()
 
