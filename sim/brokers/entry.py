@@ -40,6 +40,7 @@ def run(
     drop: bool = False,
     record_events: bool = True,
     exhaustive_stuck: bool = False,
+    until: Callable[[list[tuple[int, str, str, str]], int], bool] | None = None,
 ) -> Result:
     """Simulate ``scenario`` with ``broker`` scheduling; the one entry of the simulator.
 
@@ -57,17 +58,26 @@ def run(
             server).
         record_events: (model) keep the ``events`` table; off for the fastest sweeps.
         exhaustive_stuck: (model) re-check stuck runs after every event (slow; for tests).
+        until: (mediator) called every few hundred events with the decisions made since its
+            last call — ``(at µs, run_id, how, roles)``, in the order of ``decisions()`` — and
+            the virtual instant in µs; a true answer stops the run there, and the result covers
+            the run so far (its ``manifest`` says ``stopped_at_s``). ``sim coverage`` stops a
+            planted run at its first divergence with it.
 
     Returns:
         The ``Result``; a real Mediator's ``violations`` must be empty.
     """
+    if until is not None and broker != "mediator":
+        raise ValueError("until is the real Mediator's (broker='mediator')")
     if broker == "model":
         return run_model(scenario, record_events=record_events, exhaustive_stuck=exhaustive_stuck)
     if broker == "mediator":
         # the database stack, imported on first use (see the module docstring)
         from sim.brokers.readback import run_mediator
 
-        return run_mediator(scenario, database_url, progress, template=template, drop=drop)
+        return run_mediator(
+            scenario, database_url, progress, template=template, drop=drop, until=until
+        )
     if callable(broker):
         plan = scenario if isinstance(scenario, Plan) else materialize(scenario)
         return broker(plan)

@@ -41,6 +41,7 @@ from sim.platform.fleet import Daemon
 
 EPOCH = datetime(2031, 1, 1, tzinfo=UTC)
 CHECK_EVERY = 2000  # events between two checks of I1–I7 (and progress updates)
+WATCH_EVERY = 250  # events between two calls of a watch (``simulate``); CHECK_EVERY is a multiple
 
 
 class VirtualClock:
@@ -71,6 +72,7 @@ class EngineOutput:
     counts: dict[str, int]
     wall_s: float
     mediator_s: float
+    stopped: bool = False  # a watch stopped the run before the plan's end (``simulate``)
 
 
 class MediatorBroker:
@@ -378,8 +380,13 @@ def simulate(
     progress: bool | Callable[[int], None] = False,
     keep_records: str | None = None,
     template: str | None = None,
+    watch: Callable[[Mediator, int], bool] | None = None,
 ) -> tuple[Plan, EngineOutput, Mediator, str]:
-    """Run the engine; returns the plan, its output, the (still open) Mediator and records dir."""
+    """Run the engine; returns the plan, its output, the (still open) Mediator and records dir.
+
+    ``watch(med, now_us)``, when given, is called every :data:`WATCH_EVERY` events with the
+    Mediator and the virtual instant; a true answer stops the run there (``EngineOutput.stopped``):
+    ``sim coverage`` stops a planted run at its first divergence (``sim.outputs.gate``)."""
     plan = scenario if isinstance(scenario, Plan) else materialize(scenario)
     st = plan.scenario.settings
     config = st.config()  # the settings are Config's own fields, by name
@@ -407,12 +414,15 @@ def simulate(
 
     broker = MediatorBroker(plan, med, clock)
 
-    def every(_events: int) -> None:
-        broker.check_invariants()
-        if callback is not None:
-            callback(broker.counts["submit"])  # runs submitted so far (of len(plan.arrivals))
+    def every(events: int) -> bool:
+        if events % CHECK_EVERY == 0:
+            broker.check_invariants()
+            if callback is not None:
+                callback(broker.counts["submit"])  # runs submitted so far (of len(plan.arrivals))
+        return watch is not None and watch(med, clock.now_us)
 
-    driver = Driver(plan, broker, every=CHECK_EVERY, hook=every)
+    driver = Driver(plan, broker, every=WATCH_EVERY if watch is not None else CHECK_EVERY,
+                    hook=every)  # fmt: skip
     started = time.perf_counter()
     try:
         end = driver.run()
@@ -428,7 +438,7 @@ def simulate(
         if bar is not None:
             bar.close()
     out = EngineOutput(end, driver.stuck_rows, broker.violations, dict(broker.counts),
-                       time.perf_counter() - started, broker.med_s)  # fmt: skip
+                       time.perf_counter() - started, broker.med_s, driver.stopped)  # fmt: skip
     if keep_records is None:
         shutil.rmtree(records, ignore_errors=True)
     return plan, out, med, records

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import pandas as pd
 
@@ -39,6 +40,38 @@ def _roles_text(assigned: dict[str, str] | None) -> str:
     """``{"dut": "b1", "bench": "s1"}`` → ``"bench=s1 dut=b1"`` (roles sorted; a role name never
     holds ``=`` or a space: the contract's role grammar is ``[A-Za-z0-9._-]``)."""
     return " ".join(f"{role}={node}" for role, node in sorted((assigned or {}).items()))
+
+
+def _started(kind: str, data: dict[str, Any]) -> str | None:
+    """How an event started a run — ``created`` (a submit answered 201) or ``promoted`` (by a
+    sweep) — or None: the two kinds of row of the decisions table."""
+    if kind == "submitted" and data.get("state") == "RUNNING":
+        return "created"
+    return "promoted" if kind == "promoted" else None
+
+
+#: A decision as the gate keys it: (at in whole µs, run_id, how, roles).
+DecisionKey: TypeAlias = tuple[int, str, str, str]
+
+
+def decisions_since(med: Mediator, after_id: int) -> tuple[list[DecisionKey], int]:
+    """The decisions of events after ``after_id``, in the order of ``read_result``'s decisions
+    table, and the last event id read: a watch reads a running simulation's decisions as they
+    are made (``run_mediator``'s ``until``). One indexed read of the new events."""
+    rows = med.query(
+        f"""SELECT id, {_seconds("at")} AS at_s, kind, run_id, data FROM events
+            WHERE id > %(after)s AND kind IN ('submitted', 'promoted') ORDER BY id""",
+        {"after": after_id},
+    )
+    out = []
+    for e in rows:
+        after_id = e["id"]
+        data = e["data"] or {}
+        how = _started(e["kind"], data)
+        if how is not None:
+            at_us = round(float(e["at_s"]) * US)
+            out.append((at_us, e["run_id"], how, _roles_text(data.get("assigned"))))
+    return out, after_id
 
 
 def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> Result:
@@ -89,13 +122,10 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> Result:
         t = e["at_s"]
         kind, run_id, node_id, data = e["kind"], e["run_id"], e["node_id"], e["data"] or {}
         event_rows.append((round(t * US), kind, run_id, node_id, json.dumps(data, sort_keys=True)))
-        if kind == "submitted" and data.get("state") == "RUNNING":
+        how = _started(kind, data)
+        if how is not None:
             assigned = data.get("assigned")
-            promos.append((t, run_id, _nodes_text(assigned), "created", _roles_text(assigned),
-                           n_queued))  # fmt: skip
-        elif kind == "promoted":
-            assigned = data.get("assigned")
-            promos.append((t, run_id, _nodes_text(assigned), "promoted", _roles_text(assigned),
+            promos.append((t, run_id, _nodes_text(assigned), how, _roles_text(assigned),
                            n_queued))  # fmt: skip
         if kind == "submitted" and data.get("state") == "QUEUED":
             queued_at[run_id] = t
@@ -134,6 +164,8 @@ def read_result(plan: Plan, out: EngineOutput, med: Mediator) -> Result:
         "virtual_epoch": _T0,
         "wall_s": out.wall_s,
     }
+    if out.stopped:  # a watch stopped it: the tables cover the run up to here
+        manifest["stopped_at_s"] = out.end_us / US
     return Result(
         runs=runs_df,
         promotions=promotions,
@@ -160,11 +192,23 @@ def run_mediator(
     *,
     template: str | None = None,
     drop: bool = False,
+    until: Callable[[list[DecisionKey], int], bool] | None = None,
 ) -> Result:
     """Simulate ``scenario`` on the real Mediator and a fresh PostgreSQL database; what
     ``sim.run(scenario, broker="mediator")`` calls (see ``sim.brokers.entry.run`` for the
     arguments). The result's ``violations`` must be empty."""
-    plan, out, med, _records = simulate(scenario, database_url, progress, template=template)
+    watch = None
+    if until is not None:
+        last = 0
+
+        def watch(med: Mediator, now_us: int) -> bool:
+            nonlocal last
+            made, last = decisions_since(med, last)
+            return until(made, now_us)
+
+    plan, out, med, _records = simulate(
+        scenario, database_url, progress, template=template, watch=watch
+    )
     dsn = med.database_url
     try:
         return read_result(plan, out, med)

@@ -681,13 +681,16 @@ def plant(plant_id: str) -> Plant:
 
 
 def check_planted(plant_id: str, job: Job) -> Outcome:
-    """``gate.check_case`` with the plant installed (in this process, for this case only).
+    """``gate.check_case`` with the plant installed (in this process, for this case only),
+    stopped at its first divergence: where the plant was caught is all the table says, and a
+    divergence comes anywhere from the first minute to the end of a case (about half of a
+    case's time on average, docs/performance.md "The scheduler gate").
 
     A plant can make a case that ends by itself run forever (the reaper off: a dark node's
     lease is never freed, so its timer never stops), so a planted run without a horizon stops
     at twice the baseline's end (virtual time); a decision past that is a divergence anyway."""
     with plant(plant_id).apply(), _horizon(2 * float(job.base.summary.get("end_s") or 0.0)):
-        return check_case(job)
+        return check_case(job, stop_at_divergence=True)
 
 
 @contextlib.contextmanager

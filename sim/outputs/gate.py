@@ -381,6 +381,9 @@ class Divergence:
     total_baseline: int
     total_now: int
     queue: list[str] = field(default_factory=list)  # QUEUED just before it, now
+    # The run stopped at this divergence (``check_case(stop_at_divergence=True)``): ``run_now``,
+    # ``differ`` and ``total_now`` count only what was decided by then.
+    partial: bool = False
 
     @property
     def at_s(self) -> float:
@@ -398,7 +401,9 @@ class Divergence:
                                        + (f"; next: {n.describe()}" if n else "")))  # fmt: skip
         # Where the run went on the other side, unless the two lines above already say it.
         if b is not None and b.run_id == self.run_id and (n is None or self.run_now != n):
-            went = self.run_now.describe() if self.run_now else f"{self.run_id} never started"
+            went = (self.run_now.describe() if self.run_now
+                    else f"{self.run_id} not started when the run stopped" if self.partial
+                    else f"{self.run_id} never started")  # fmt: skip
             lines.append(f"  later, now:      {went}")
         if n is not None and n.run_id == self.run_id and (b is None or self.run_baseline != b):
             went = self.run_baseline.describe() if self.run_baseline else "never started"
@@ -407,9 +412,37 @@ class Divergence:
         qb = f" (baseline: {b.queued})" if b is not None and b.at_us == self.at_us else ""
         lines.append(f"  queue at {t} s, now: {len(self.queue)} run(s){qb}"
                      + (f": {shown}" if self.queue else ""))  # fmt: skip
-        lines.append(f"  from there on {self.differ} run(s) decided differently (baseline "
-                     f"{self.total_baseline} decisions, now {self.total_now})")  # fmt: skip
+        if self.partial:
+            lines.append("  the run stopped at this divergence: what came after is not compared")
+        else:
+            lines.append(f"  from there on {self.differ} run(s) decided differently (baseline "
+                         f"{self.total_baseline} decisions, now {self.total_now})")  # fmt: skip
         return "\n".join(lines)
+
+
+class Settled:
+    """Is the first divergence of a running simulation from ``base`` settled yet? A watch for
+    ``sim.run(..., until=...)``, fed the decisions as they are made and the virtual instant.
+
+    It is settled — and the run may stop, its first divergence being exactly the whole run's —
+    when a decision differs from the baseline's at the same position (or comes after the
+    baseline's last), or when the clock has passed the instant of the baseline's next decision
+    with none made: every later decision comes later still. The decisions before it are then
+    all there, which is all ``first_divergence`` reads to place it.
+    """
+
+    def __init__(self, base: Sequence[Decision]) -> None:
+        self.keys = [d.key for d in base]
+        self.matched = 0  # decisions equal to the baseline's so far
+
+    def __call__(self, made: Sequence[tuple[int, str, str, str]], now_us: int) -> bool:
+        keys = self.keys
+        for key in made:
+            if self.matched < len(keys) and tuple(key) == keys[self.matched]:
+                self.matched += 1
+            else:
+                return True
+        return self.matched < len(keys) and now_us > keys[self.matched][0]
 
 
 def first_divergence(base: Sequence[Decision], now: Sequence[Decision]) -> Divergence | None:
@@ -533,8 +566,10 @@ class Outcome:
             parts.append(f"{len(self.violations)} invariant violation(s): {self.violations[0]}")
         d = self.divergence
         if d is not None:
+            after = ("the run stopped there" if d.partial
+                     else f"{d.differ} run(s) decided differently")  # fmt: skip
             parts.append(f"first divergence at {seconds(d.at_us)} s, run {d.run_id} "
-                         f"(#{d.index}); {d.differ} run(s) decided differently")  # fmt: skip
+                         f"(#{d.index}); {after}")  # fmt: skip
         else:
             parts.append(f"{self.decisions} decisions identical (sha256 {self.digest[:12]})")
         if self.verdicts is not None:
@@ -579,11 +614,17 @@ class _Job:
 Job = _Job  # its public name: sim.outputs.coverage builds jobs too
 
 
-def check_case(job: _Job) -> Outcome:
+def check_case(job: _Job, *, stop_at_divergence: bool = False) -> Outcome:
     """Re-run one recorded case on the real Mediator and judge it (runs in a worker process when
-    the check is parallel: everything in and out is picklable)."""
+    the check is parallel: everything in and out is picklable).
+
+    ``stop_at_divergence`` (exact mode; ``sim coverage``'s planted runs): stop the run as soon
+    as its first divergence is settled (:class:`Settled`). The divergence is the whole run's;
+    what came after it — the runs decided differently, the metrics, the verdicts — is not
+    compared."""
     base = job.base
     mode = "exact" if job.tolerance is None else "drift"
+    watch = Settled(base.decisions) if stop_at_divergence and mode == "exact" else None
     out = Outcome(base.case, base.seed, "error", mode, baseline_decisions=base.decisions)
     started = time.perf_counter()
     try:
@@ -604,7 +645,8 @@ def check_case(job: _Job) -> Outcome:
                 "change, and decisions on different inputs cannot be compared; record the "
                 "baseline again (python -m sim baseline) if the new workload is intended."
             )
-        result = run(plan, "mediator", database_url=job.database_url, progress=False)
+        result = run(plan, "mediator", database_url=job.database_url, progress=False,
+                     until=watch)  # fmt: skip
     except BaselineError as exc:
         out.error = str(exc)
         out.wall_s = time.perf_counter() - started
@@ -615,9 +657,18 @@ def check_case(job: _Job) -> Outcome:
     out.digest = digest(decisions_csv(rows))
     out.violations = list(result.violations)
     div = first_divergence(base.decisions, rows)
+    stopped = "stopped_at_s" in result.manifest
     if div is not None:
         div.queue = result.queued_before(div.index, div.at_s)
+        div.partial = stopped
     out.divergence = div
+    out.wall_s = time.perf_counter() - started
+    if stopped:  # at a settled divergence: nothing after it is compared
+        if div is None:  # cannot be (Settled); never a pass for a run cut short
+            out.status, out.error = "error", "the run stopped before its first divergence"
+        else:
+            out.status = "fail"
+        return out
     summary = plain(result.summary(digits=None))
     out.metrics = drift(base.summary, summary, job.tolerance or 0.0)
     # Exact mode: the same starts, and the runs ending the same ways (a verdict decides nothing

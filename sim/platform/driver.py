@@ -164,10 +164,11 @@ class Driver:
         *,
         exhaustive_stuck: bool = False,
         every: int = 0,
-        hook: Callable[[int], None] | None = None,
+        hook: Callable[[int], bool | None] | None = None,
     ) -> None:
         """`exhaustive_stuck` checks for stuck runs after every event (slow; tests check the
-        brokers' `dirty` with it); `hook(events)` is called every `every` events."""
+        brokers' `dirty` with it); `hook(events)` is called every `every` events, and a true
+        answer stops the simulation there (`stopped`: the result covers the run so far)."""
         sc = plan.scenario
         st = sc.settings
         self.plan = plan
@@ -179,6 +180,7 @@ class Driver:
         self.exhaustive_stuck = exhaustive_stuck
         self.every = every if hook is not None else 0
         self.hook = hook
+        self.stopped = False  # the hook stopped the loop before the plan's end
         self.daemons = [Daemon(n.node_id, dict(n.capabilities)) for n in plan.nodes]
         self.pos = {n.node_id: i for i, n in enumerate(plan.nodes)}
         self.expires = [-1] * len(self.daemons)  # when each node's last advert expires
@@ -229,10 +231,12 @@ class Driver:
                 events += 1
                 if events % every == 0:
                     assert self.hook is not None
-                    self.hook(events)
+                    if self.hook(events):
+                        self.stopped = True
+                        break
             if end is None and self.pending == 0 and not self._drain_pending():
                 break
-        if end is not None and end > self.now:
+        if end is not None and end > self.now and not self.stopped:
             self.now = broker.now = end
         for run, since in self.stuck_open.items():
             self._stuck.append((since, run, self.now, True))

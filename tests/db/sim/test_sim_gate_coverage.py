@@ -83,6 +83,29 @@ def test_each_named_rule_broken_makes_check_fail_with_the_first_divergence_named
     assert f"first divergence at {at} s, run {run_id}" in o.headline()
     # the baseline's own record says what the unbroken rule decided for that run
     assert d.run_baseline is not None and d.run_baseline.run_id == run_id
+    # the planted run stopped there: nothing after the divergence was simulated
+    assert d.partial and "the run stopped there" in o.headline()
+
+
+def test_a_planted_run_stopped_at_its_divergence_names_the_whole_runs_divergence(
+    server_url: str,
+) -> None:
+    """``sim coverage`` stops a planted run once its first divergence is settled
+    (``gate.Settled``); the reference is the same plant run to the end (``gate.check_case``
+    as ``sim check`` runs it): the same divergence, from fewer decisions."""
+    from sim.outputs.coverage import plant
+
+    stopped = coverage.check_planted("attempts-minus-one", job(server_url))
+    with plant("attempts-minus-one").apply():
+        whole = gate.check_case(job(server_url))
+    assert stopped.status == whole.status == "fail"
+    s, w = stopped.divergence, whole.divergence
+    assert s is not None and w is not None
+    assert (s.index, s.at_us, s.run_id, s.baseline) == (w.index, w.at_us, w.run_id, w.baseline)
+    assert s.partial and not w.partial
+    assert stopped.decisions < whole.decisions
+    assert "the run stopped at this divergence" in stopped.text()
+    assert "from there on" in whole.text() and "from there on" not in stopped.text()
 
 
 def test_a_plant_that_breaks_nothing_is_listed_as_not_exercised(server_url: str) -> None:

@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim
 from sim.inputs.scenarios import Scenario
 from sim.outputs import gate
 from sim.outputs.gate import BaselineError, Decision, GateReport, Outcome, first_divergence
+from tests.conftest import examples
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -294,3 +298,89 @@ def test_the_committed_summaries_are_what_summary_says_today(case: str) -> None:
     d = ROOT / "sim-baseline" / case
     scenario = Scenario.from_dict(json.loads((d / gate.MANIFEST).read_text())["scenario"])
     assert gate.summary_json(sim.run(scenario, "model")) == (d / gate.SUMMARY).read_text()
+
+
+# ---- a planted run stops at its first divergence (sim coverage) ---------------------------------
+
+
+def _decisions(draw: st.DrawFn, n: int) -> list[Decision]:
+    """``n`` decisions in time order, several often at one instant (as a sweep makes them)."""
+    at, rows = 0, []
+    for k in range(n):
+        at += draw(st.sampled_from([0, 0, 1_000_000, 2_500_000]))
+        how = draw(st.sampled_from(["created", "promoted"]))
+        rows.append(Decision(at, f"r{k:07d}", how, f"node={draw(st.sampled_from('ab'))}000", 0))
+    return rows
+
+
+@st.composite
+def _a_run_and_its_feed(draw: st.DrawFn) -> tuple[list[Decision], list[Decision], list[Any]]:
+    """A baseline, a run that may differ from it (a decision changed, dropped, added, or two
+    swapped), and how a running simulation shows that run to the watch: the decisions in
+    chunks, each with the virtual instant of the call — at or after the chunk's last decision
+    and at or before the next one (a call comes between events; later decisions are later)."""
+    base = _decisions(draw, draw(st.integers(0, 12)))
+    now = list(base)
+    change = draw(st.sampled_from(["none", "roles", "drop", "add", "swap", "later"]))
+    k = draw(st.integers(0, max(0, len(now) - 1)))
+    if change == "roles" and now:
+        now[k] = now[k]._replace(roles="node=z000")
+    elif change == "drop" and now:
+        del now[k]
+    elif change == "add":
+        at = now[k - 1].at_us if k and now else 0
+        now.insert(k, Decision(at, "rextra", "created", "node=a000", 0))
+    elif change == "swap" and k + 1 < len(now) and now[k].at_us == now[k + 1].at_us:
+        now[k], now[k + 1] = now[k + 1], now[k]
+    elif change == "later" and now:
+        now[k] = now[k]._replace(at_us=now[k].at_us + 500_000)
+        now.sort(key=lambda d: d.at_us)
+    feed, i = [], 0
+    while i < len(now):
+        j = draw(st.integers(i, len(now)))  # an empty chunk: a call that saw no decision
+        last = now[j - 1].at_us if j else 0
+        nxt = now[j].at_us if j < len(now) else last + 10_000_000
+        feed.append(([d.key for d in now[i:j]], draw(st.integers(last, nxt))))
+        i = j
+    # a last call past every decision of either side (a run that ends before one comes is
+    # simply whole: it never needed stopping)
+    feed.append(([], max(d.at_us for d in [*base, *now, Decision(0, "", "", "", 0)]) + 1))
+    return base, now, feed
+
+
+@settings(max_examples=examples(500), deadline=None, database=None)
+@given(_a_run_and_its_feed())
+def test_a_run_stopped_when_its_divergence_is_settled_has_the_whole_runs_first_divergence(
+    case: tuple[list[Decision], list[Decision], list[Any]],
+) -> None:
+    """``check_case(stop_at_divergence=True)`` (``sim coverage``'s planted runs) stops a run
+    once ``Settled`` says so. The reference is the whole run: its first divergence, compared
+    with the first divergence of the decisions made up to the stop, must be the same decision —
+    index, instant, run, and the baseline's side — a run equal to its baseline never stops, and
+    one that differs stops by the time the clock has passed every decision."""
+    base, now, feed = case
+    watch, made = gate.Settled(base), 0
+    stopped = False
+    for keys, now_us in feed:
+        made += len(keys)
+        if watch(keys, now_us):
+            stopped = True
+            break
+    whole = first_divergence(base, now)
+    assert stopped == (whole is not None)
+    if whole is not None:
+        cut = first_divergence(base, now[:made])
+        assert cut is not None
+        assert (cut.index, cut.at_us, cut.run_id, cut.baseline, cut.run_baseline) == (
+            whole.index, whole.at_us, whole.run_id, whole.baseline, whole.run_baseline
+        )  # fmt: skip
+
+
+def test_only_the_real_mediator_can_be_stopped_by_a_watch() -> None:
+    """``until`` reads the decisions from the Mediator's database as they are made; the model
+    has no such feed, so it refuses the argument rather than ignore it."""
+    from sim.inputs.scenarios import steady
+
+    sc = steady(nodes=1, arrival_rate=0.05, service_rate=0.1, seed=1, runs=5)
+    with pytest.raises(ValueError, match="until is the real Mediator's"):
+        sim.run(sc, "model", until=lambda made, now_us: True)
