@@ -103,6 +103,12 @@ class StoreUnavailable(MediatorError):
     code = "unavailable"
 
 
+class StoreBusy(StoreUnavailable):
+    """The database answered, but a lock wait, a deadlock or a serialization conflict ended the
+    transaction (docs/design.md §13). HTTP 503 as for an outage — the caller tries again — but
+    it is no outage: nothing waits for a reconnect, and no time is given back to nodes for it."""
+
+
 class PostgresNotInstalled(MediatorError):
     """The embedded launcher found no PostgreSQL server binaries."""
 

@@ -74,6 +74,8 @@ def reap(ctx: Context) -> ReapReport:
         # Time you can trust (docs/design.md §13): a stall that just ended, or a jump of the
         # database's clock since the last pass, is given back before anything is reaped for it.
         ctx.timekeeper.settle()
+        if ctx.timekeeper.pending_s() is not None:
+            return report  # a stall not given back yet (its give-back failed): as above
         ctx.timekeeper.read_clock()
     with ctx.store.autocommit() as tx:
         candidates = tx.expired_lease_runs()

@@ -111,7 +111,8 @@ class Timekeeper:
         self._lock = threading.Lock()  # the ticker's state
         self._giving = threading.RLock()  # a give-back under way; the jump baseline
         self._last_tick = monotonic()
-        self._stalls: list[float] = []  # noticed, removed once given back
+        # (length, monotonic instant it ended) of each stall noticed, removed once given back
+        self._stalls: list[tuple[float, float]] = []
         self._seen: tuple[float, datetime] | None = None  # (monotonic, database) of a reading
         self.noticed: deque[Gap] = deque(maxlen=1000)  # the gaps this process noticed, latest
         self._stop = threading.Event()
@@ -142,7 +143,7 @@ class Timekeeper:
             if now > self._last_tick:
                 self._last_tick = now
             if late >= STALL_S:
-                self._stalls.append(late + TICK_S)
+                self._stalls.append((late + TICK_S, now))
 
     def stalled(self) -> bool:
         """A stall is waiting to be given back, or being given back (one clock read: every
@@ -160,14 +161,38 @@ class Timekeeper:
             self.tick()
             with self._lock:
                 stalls = list(self._stalls)
-            for seconds in stalls:
-                # Not given for want of the database: the outage began at the last statement
-                # that reached it, before this stall, and is given back on reconnect with it.
-                given += self._give("stall", seconds, minimum=STALL_S) or 0.0
+            kept = []
+            for seconds, ended in stalls:
+                # A give-back that comes late (tried again) gives the wait too: heartbeats could
+                # not land meanwhile either (capped at one TTL from now, like every give-back).
+                late = max(0.0, self.monotonic() - ended)
+                got = self._give("stall", seconds + late, minimum=STALL_S)
+                if got is None and not self.ctx.store.down:
+                    # The database answered but the give-back did not commit (a lock wait, a
+                    # deadlock, a pool busy for its whole wait): kept, and tried again at the next
+                    # tick — lost, it would let the reaper take live nodes' runs (docs/design.md
+                    # §13). With an outage known, the outage began at the last statement that
+                    # reached the database, before this stall, and its give-back covers it.
+                    # After one advert TTL every live node has advertised since (adverts renew
+                    # leases too): nothing is left to protect, and the reaper must not wait on.
+                    if late < self.ctx.config.advert_ttl_seconds:
+                        kept.append((seconds, ended))
+                    else:
+                        log.error("gave up giving back a stall of %.1f s", seconds)
+                given += got or 0.0
             with self._lock:
-                del self._stalls[: len(stalls)]
+                self._stalls[: len(stalls)] = kept
         self._woken(given)
         return given
+
+    def pending_s(self) -> float | None:
+        """How long ago the earliest stall not given back yet began (None: none is pending):
+        what a submit about to refuse counts as an open gap, and why the reaper waits."""
+        with self._lock:
+            if not self._stalls:
+                return None
+            seconds, ended = self._stalls[0]
+        return max(0.0, self.monotonic() - ended) + seconds
 
     # ---- jumps -----------------------------------------------------------------------------------
     def observe(self, db_now: datetime, mono: float) -> float:
@@ -236,10 +261,14 @@ def may_return(ctx: Context, needs: dict[str, dict[str, Any]]) -> dict[str, Any]
     is queued, not refused. Returns the wait reason to queue with, or None to refuse.
     Two statements, on the refusing path only."""
     tk = ctx.timekeeper
+    pending = None
     if tk is not None:
         tk.settle()
         tk.read_clock()
+        pending = tk.pending_s()  # a stall whose give-back failed is a gap too
     open_s = ctx.store.open_outage_s()  # an outage not given back yet is a gap too
+    if pending is not None:
+        open_s = max(open_s or 0.0, pending)
     with ctx.store.autocommit() as tx:
         nodes = tx.gap_fleet(ctx.config.advert_ttl_seconds, open_s)
     if not nodes:

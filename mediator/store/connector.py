@@ -32,7 +32,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_dumps, set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from mediator.core.errors import MediatorError, NodeTaken, StoreUnavailable
+from mediator.core.errors import MediatorError, NodeTaken, StoreBusy, StoreUnavailable
 from mediator.core.states import run_transition, step_transition
 from mediator.store.queries import QUERIES, schema_sql
 
@@ -82,8 +82,19 @@ def _json_dumps(obj: Any) -> bytes | str:
         return json.dumps(obj)
 
 
-def _map_error(exc: psycopg.Error) -> MediatorError:
+#: Operational errors of a database that answered: contention, not an outage (StoreBusy).
+_CONTENTION = (
+    psycopg.errors.LockNotAvailable,  # lock_timeout
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.TransactionRollback,
+)
+
+
+def _map_error(exc: psycopg.Error | PoolTimeout) -> MediatorError:
     """Driver error → our own; never leaks SQL or server text to the caller (SECURITY-15)."""
+    if isinstance(exc, _CONTENTION):
+        return StoreBusy("The database is busy; try again shortly.")
     if isinstance(exc, psycopg.OperationalError | PoolTimeout):
         return StoreUnavailable("The database is unavailable; try again shortly.")
     err = MediatorError("The request could not be completed because of a storage error.")
@@ -454,7 +465,9 @@ class Connector(Generic[S]):
                     return err
                 self._probing = True
             threading.Thread(target=self._probe, name="mediator-probe", daemon=True).start()
-        elif isinstance(err, StoreUnavailable):
+        elif isinstance(err, StoreUnavailable) and not isinstance(err, StoreBusy):
+            # (a lock wait, a deadlock: the database answered; treating them as an outage gave
+            # the gap back as one, docs/design.md §13)
             self._failed()
         return err
 

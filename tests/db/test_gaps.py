@@ -11,14 +11,16 @@ first running ahead of the second; a stall is both running on while the ticker d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from mediator import Config, Mediator, Outcome
 from mediator.flows.gaps import EXPIRED_IN_GAP, TICK_S, Timekeeper
+from mediator.store.tx import _GAPS_LOCK as GAPS_LOCK
 from tests.db.conftest import ManualClock, advert, contract
 
 pytestmark = pytest.mark.db
@@ -328,3 +330,68 @@ def test_a_node_that_died_before_the_gap_gets_nothing_back(med, clock, steady, t
     assert [g.kind for g in tk.noticed] == ["stall"]
     assert (sub.outcome, sub.body()["reject"]["code"]) == (Outcome.REJECTED, "NO_CANDIDATE")
     assert live(med) == []
+
+
+# ---- a give-back that fails while the database answers -------------------------------------------
+@pytest.fixture
+def gaps_lock(dsn: str) -> Iterator[Callable[[], None]]:
+    """Another Mediator process giving a gap back: it holds the gaps table's lock
+    (``Tx.give_back``) until the test calls the returned release, so this process's give-back
+    waits out its ``lock_timeout`` (2 s) and fails — the way a deadlock with a concurrent advert
+    ends it too."""
+    conn = psycopg.connect(dsn)
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (GAPS_LOCK,))
+    yield conn.rollback
+    conn.close()
+
+
+def stall_over_the_lease(med: Mediator, clock: ManualClock, steady: Steady, tk: Timekeeper) -> None:
+    """Y runs "held"; X is idle; then the process stands still 70 s: both adverts (30 s) and
+    the lease (60 s) end inside the stall."""
+    advert(med, "X")
+    advert(med, "Y", board="y")
+    assert med.submit(contract("held", dut={"board": "y"})).outcome == Outcome.STARTED
+    live_for(20, clock, steady, tk)
+    steady.t += 70
+    clock.advance(70)
+
+
+def test_a_stall_whose_give_back_meets_a_lock_is_kept_and_given_back_as_a_stall(
+    med, clock, steady, tk, gaps_lock
+):
+    """The give-back fails on a lock while the database answers: that is no outage (the store is
+    not marked down, nothing is given back as an outage on a reconnect), and the stall is kept
+    and given back — as a stall, all 70 s — at the next tick once the lock is gone. It used to be
+    dropped, and the lock timeout, taken for an outage, recorded the time as one
+    (``tests/e2e/test_time.py`` once found 0 s of ``stall``)."""
+    stall_over_the_lease(med, clock, steady, tk)
+    assert tk.settle() == 0.0  # waited for the lock, then failed
+    assert not med.ctx.store.down
+    assert tk.pending_s() == pytest.approx(70)
+    gaps_lock()
+    tk.tick()
+    assert tk.settle() == pytest.approx(70)
+    assert tk.pending_s() is None
+    rows = med.query("SELECT kind, round(seconds::numeric) AS s FROM gaps ORDER BY noticed_at")
+    assert [(r["kind"], int(r["s"])) for r in rows] == [("stall", 70)]
+    assert med.reap().lost == []
+    assert med.get_run("held").state == "RUNNING"
+
+
+@pytest.mark.slow  # two more lock waits of 2 s; scripts/test runs it
+def test_while_a_stall_is_not_given_back_the_reaper_waits_and_a_submit_queues(
+    med, clock, steady, tk, gaps_lock
+):
+    """While the stall's give-back keeps failing, what the stall expired is not taken for gone:
+    the reaper's pass does nothing (as while an outage is given back), and a run that only X —
+    expired inside the stall — could serve is queued (EXPIRED_IN_GAP), not refused for good."""
+    stall_over_the_lease(med, clock, steady, tk)
+    assert med.reap().lost == []  # its settle fails on the lock: the pass waits
+    assert med.get_run("held").state == "RUNNING"
+    sub = med.submit(contract("a", dut={"board": "x"}))
+    assert sub.outcome == Outcome.QUEUED, sub.body()
+    assert sub.body()["wait_reason"]["code"] == EXPIRED_IN_GAP
+    gaps_lock()
+    tk.tick()
+    assert tk.settle() == pytest.approx(70, abs=1)
+    assert med.reap().lost == []
