@@ -24,7 +24,7 @@ from mediator.core.errors import (
     Forbidden,
     MediatorError,
     NotFound,
-    StoreUnavailable,
+    StoreBusy,
 )
 from mediator.core.progress import Decision, decide_result, end_early
 from mediator.core.progress import progress as decide_progress
@@ -264,7 +264,7 @@ def _apply_result(
             applied = tx.apply_result(src, node_id, decision, log)
         if applied.matched:
             return decision, applied, ended
-    raise StoreUnavailable(f"Run {run_id} changed too often to record this result; try again.")
+    raise StoreBusy(f"Run {run_id} changed too often to record this result; try again.")
 
 
 def _decide(
