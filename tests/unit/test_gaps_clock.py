@@ -40,7 +40,8 @@ def test_ticks_on_time_are_no_stall_and_a_late_one_is_a_stall_as_long_as_the_wai
     assert tk._stalls == []
     steady.t += 40.0
     tk.tick()
-    assert tk._stalls == [pytest.approx(40.0)]
+    # kept as (length, when it ended on the steady clock) until given back
+    assert tk._stalls == [(pytest.approx(40.0), pytest.approx(steady.t))]
 
 
 def test_a_request_sees_the_stall_before_the_ticker_has_run_again() -> None:
