@@ -395,3 +395,26 @@ def test_while_a_stall_is_not_given_back_the_reaper_waits_and_a_submit_queues(
     tk.tick()
     assert tk.settle() == pytest.approx(70, abs=1)
     assert med.reap().lost == []
+
+
+@pytest.mark.slow  # two lock waits of 2 s; scripts/test runs it
+def test_a_stall_whose_give_back_fails_for_one_advert_ttl_is_dropped_and_the_reaper_goes_on(
+    med, clock, steady, tk, gaps_lock
+):
+    """A give-back that keeps failing is not kept for ever: one advert TTL after the stall ended,
+    every live node has advertised again (adverts renew leases), so nothing is left to protect,
+    and the reaper must not wait any longer (docs/design.md §13)."""
+    stall_over_the_lease(med, clock, steady, tk)
+    assert tk.settle() == 0.0  # failed on the lock: kept
+    assert tk.pending_s() == pytest.approx(70)
+    ttl = med.ctx.config.advert_ttl_seconds
+    live_for(ttl - 1, clock, steady, tk)  # not yet a TTL since the stall ended: still kept
+    assert tk.settle() == 0.0
+    assert tk.pending_s() == pytest.approx(70 + ttl - 1)
+    live_for(1, clock, steady, tk)  # one TTL: dropped
+    assert tk.settle() == 0.0
+    assert tk.pending_s() is None
+    gaps_lock()
+    assert med.query("SELECT kind FROM gaps") == []
+    # the reaper waits no more: the run whose node never advertised again is lost
+    assert med.reap().lost == ["held"]
